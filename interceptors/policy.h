@@ -1,0 +1,83 @@
+// Copyright rpcguard authors.
+//
+// The per-method retry policy: whether a method may be repeated at all
+// (idempotency) and how (attempts, backoff, timeouts). Plain values; Config
+// builds them from JSON and the interceptor only reads them.
+
+#ifndef RPCGUARD_INTERCEPTORS_POLICY_H_
+#define RPCGUARD_INTERCEPTORS_POLICY_H_
+
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "interceptors/backoff.h"
+#include "interceptors/status_class.h"
+
+namespace rpcguard {
+
+// Whether repeating a method is safe.
+enum class Idempotency {
+  // Nobody declared it: tried once, never repeated (unless the caller puts
+  // its own idempotency key on the call, which makes that call kKeyed).
+  kUnknown,
+  // Reads only; repeating it changes nothing.
+  kNoSideEffects,
+  // Repeating it leaves the same state as doing it once.
+  kIdempotent,
+  // Has side effects, but the server deduplicates repeats by the
+  // `idempotency-key` metadata: retried with one key for every attempt.
+  kKeyed,
+};
+
+// Returns "UNKNOWN", "NO_SIDE_EFFECTS", "IDEMPOTENT" or "KEYED".
+absl::string_view IdempotencyName(Idempotency i);
+
+// Parses the names above (exact, upper case). InvalidArgument otherwise.
+absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text);
+
+// True for every value but kUnknown.
+inline bool MayRepeat(Idempotency i) { return i != Idempotency::kUnknown; }
+
+// Largest maxAttempts accepted. gRPC clamps to 5; rpcguard allows more since
+// the caller's deadline and the retry budget bound the total anyway.
+inline constexpr int kMaxAttemptsCap = 10;
+
+// How to retry, in gRPC's retryPolicy terms. Defaults apply to a method that
+// is declared idempotent but has no retryPolicy: 3 attempts (the SRE book's
+// ceiling), backoff from 25 ms (Envoy's base) doubling up to 1 s, full jitter.
+struct RetryPolicy {
+  // Attempts in all, the first included; 1 disables retries.
+  int max_attempts = 3;
+  BackoffParams backoff;
+  // Replaces the default retriable set when present.
+  std::optional<StatusCodeSet> retryable_codes;
+};
+
+// Everything rpcguard knows about one method.
+struct MethodPolicy {
+  Idempotency idempotency = Idempotency::kUnknown;
+  RetryPolicy retry;
+  // Each attempt's own timeout; an attempt that hits it ends with
+  // DEADLINE_EXCEEDED, which is retriable. Infinite means none.
+  absl::Duration per_attempt_timeout = absl::InfiniteDuration();
+  // gRPC's methodConfig `timeout`: caps the call's deadline. Infinite: none.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // A retry is only started when at least this much of the caller's deadline
+  // would remain after the backoff: an attempt with less time left cannot
+  // succeed and would only add load.
+  absl::Duration min_attempt_time = absl::Milliseconds(2);
+  // gRPC's methodConfig `waitForReady`, applied to every attempt.
+  std::optional<bool> wait_for_ready;
+
+  // The classifier this policy implies.
+  Classifier MakeClassifier() const {
+    return retry.retryable_codes ? Classifier(*retry.retryable_codes)
+                                 : Classifier();
+  }
+};
+
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERCEPTORS_POLICY_H_

@@ -1,0 +1,96 @@
+// Copyright rpcguard authors.
+
+#include "interceptors/status_class.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rpcguard {
+namespace {
+
+constexpr absl::string_view kCodeNames[] = {
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+};
+constexpr int kNumCodes = sizeof(kCodeNames) / sizeof(kCodeNames[0]);
+
+}  // namespace
+
+absl::string_view StatusClassName(StatusClass c) {
+  switch (c) {
+    case StatusClass::kOk:
+      return "OK";
+    case StatusClass::kRetriable:
+      return "RETRIABLE";
+    case StatusClass::kFatal:
+      return "FATAL";
+    case StatusClass::kAuth:
+      return "AUTH";
+  }
+  return "FATAL";
+}
+
+absl::string_view StatusCodeName(grpc::StatusCode code) {
+  int c = static_cast<int>(code);
+  if (c >= 0 && c < kNumCodes) return kCodeNames[c];
+  return "CODE_OUT_OF_RANGE";
+}
+
+absl::StatusOr<grpc::StatusCode> ParseStatusCode(absl::string_view text) {
+  int number;
+  if (absl::SimpleAtoi(text, &number)) {
+    if (number >= 0 && number < kNumCodes) {
+      return static_cast<grpc::StatusCode>(number);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("status code ", number, " is out of range 0..16"));
+  }
+  std::string upper = absl::AsciiStrToUpper(text);
+  for (int i = 0; i < kNumCodes; ++i) {
+    if (upper == kCodeNames[i]) return static_cast<grpc::StatusCode>(i);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown status code \"", text, "\""));
+}
+
+StatusCodeSet StatusCodeSet::DefaultRetriable() {
+  return {grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::RESOURCE_EXHAUSTED,
+          grpc::StatusCode::ABORTED};
+}
+
+StatusClass Classifier::Classify(const AttemptOutcome& outcome) const {
+  if (outcome.code == grpc::StatusCode::OK) return StatusClass::kOk;
+  if (outcome.caller_cancelled || outcome.caller_deadline_expired) {
+    return StatusClass::kFatal;
+  }
+  if (outcome.code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return outcome.per_attempt_timeout_expired &&
+                   per_attempt_deadline_retriable_
+               ? StatusClass::kRetriable
+               : StatusClass::kFatal;
+  }
+  if (retriable_.Contains(outcome.code)) return StatusClass::kRetriable;
+  if (outcome.code == grpc::StatusCode::UNAUTHENTICATED ||
+      outcome.code == grpc::StatusCode::PERMISSION_DENIED) {
+    return StatusClass::kAuth;
+  }
+  return StatusClass::kFatal;
+}
+
+}  // namespace rpcguard
