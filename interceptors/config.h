@@ -23,12 +23,32 @@
 // unknown field in an object rpcguard reads is an InvalidArgument whose
 // message starts with the JSON path, e.g.
 //   methodConfig[0].retryPolicy.maxAttempts: must be at least 2
-// A typo must never silently turn retries off (or on).
+// A typo must never silently turn retries off (or on). Details:
+//   - Top-level keys other than methodConfig and retryThrottling belong to
+//     the rest of gRPC's service config (loadBalancingConfig,
+//     healthCheckConfig, ...) and are ignored, except spellings that differ
+//     from those two only in case or '_' ("methodconfig"), which are errors.
+//   - retryThrottling is validated as gRFC A6 says (maxTokens in (0, 1000],
+//     tokenRatio > 0, both required) but not used yet.
+//   - Every methodConfig entry needs a non-empty "name"; a name may appear
+//     once in the whole config; a service or method containing '/' is an
+//     error. hedgingPolicy is an error (not supported);
+//     maxRequestMessageBytes and maxResponseMessageBytes are ignored.
+//   - Durations are proto3 JSON Durations ("0.02s", at most 9 fractional
+//     digits) and must be greater than 0.
+//   - retryPolicy needs all of maxAttempts (2..kMaxAttemptsCap),
+//     initialBackoff, maxBackoff (>= initialBackoff), backoffMultiplier
+//     (in (0, 1000]: more is taken for a typo) and retryableStatusCodes
+//     (non-empty; names in any case or numbers; OK is an error), as in A6.
+//     Its perAttemptRecvTimeout is rpcguard.perAttemptTimeout; set only one.
+//   - Malformed JSON, including a key repeated in one object, is an error
+//     whose message starts with "invalid JSON: ".
 
 #ifndef RPCGUARD_INTERCEPTORS_CONFIG_H_
 #define RPCGUARD_INTERCEPTORS_CONFIG_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -57,7 +77,9 @@ class Config {
 
   // Sets the policy of one method, service or the default from code, in the
   // same precedence as JSON names (`service` empty = default; `method` empty
-  // = whole service). Replaces an earlier entry for the same name.
+  // = whole service). Replaces an earlier entry for the same name. Copies
+  // made earlier are unaffected; references this object's Lookup returned
+  // may be invalidated.
   void Set(absl::string_view service, absl::string_view method,
            const MethodPolicy& policy);
 
