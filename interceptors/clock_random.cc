@@ -1,6 +1,7 @@
 // Copyright rpcguard authors.
 
 #include "absl/random/random.h"
+#include "absl/time/clock.h"
 #include "interceptors/clock.h"
 #include "interceptors/random.h"
 

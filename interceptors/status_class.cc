@@ -80,10 +80,8 @@ StatusClass Classifier::Classify(const AttemptOutcome& outcome) const {
     return StatusClass::kFatal;
   }
   if (outcome.code == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return outcome.per_attempt_timeout_expired &&
-                   per_attempt_deadline_retriable_
-               ? StatusClass::kRetriable
-               : StatusClass::kFatal;
+    return outcome.per_attempt_timeout_expired ? StatusClass::kRetriable
+                                               : StatusClass::kFatal;
   }
   if (retriable_.Contains(outcome.code)) return StatusClass::kRetriable;
   if (outcome.code == grpc::StatusCode::UNAUTHENTICATED ||

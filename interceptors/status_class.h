@@ -80,33 +80,27 @@ struct AttemptOutcome {
 //   1. OK is kOk.
 //   2. The caller's cancel or deadline is kFatal, whatever the code: a call
 //      the caller gave up on is never retried.
-//   3. DEADLINE_EXCEEDED is kRetriable only when the per-attempt timeout (not
-//      the caller's deadline) expired and the retriable set contains it; with
-//      the default set it is retriable in that case.
+//   3. DEADLINE_EXCEEDED is kRetriable exactly when rpcguard's per-attempt
+//      timeout (not the caller's deadline) expired, whatever the retriable
+//      set says: the set governs statuses servers return, and a per-attempt
+//      timeout that never led to a retry would be pointless.
 //   4. Codes in the retriable set are kRetriable.
 //   5. UNAUTHENTICATED and PERMISSION_DENIED are kAuth.
 //   6. Everything else, CANCELLED included, is kFatal.
 class Classifier {
  public:
   // Uses the default retriable set.
-  Classifier() : Classifier(StatusCodeSet::DefaultRetriable(), true) {}
+  Classifier() : Classifier(StatusCodeSet::DefaultRetriable()) {}
 
   // `retriable` replaces the default set (a policy's retryableStatusCodes).
-  explicit Classifier(StatusCodeSet retriable)
-      : Classifier(retriable,
-                   retriable.Contains(grpc::StatusCode::DEADLINE_EXCEEDED)) {}
+  explicit Classifier(StatusCodeSet retriable) : retriable_(retriable) {}
 
   StatusClass Classify(const AttemptOutcome& outcome) const;
 
   const StatusCodeSet& retriable() const { return retriable_; }
 
  private:
-  Classifier(StatusCodeSet retriable, bool per_attempt_deadline_retriable)
-      : retriable_(retriable),
-        per_attempt_deadline_retriable_(per_attempt_deadline_retriable) {}
-
   StatusCodeSet retriable_;
-  bool per_attempt_deadline_retriable_;
 };
 
 }  // namespace rpcguard

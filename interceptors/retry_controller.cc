@@ -1,0 +1,162 @@
+// Copyright rpcguard authors.
+
+#include "interceptors/retry_controller.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rpcguard {
+
+absl::string_view GiveUpReasonName(GiveUpReason reason) {
+  switch (reason) {
+    case GiveUpReason::kNone:
+      return "none";
+    case GiveUpReason::kMaxAttempts:
+      return "max_attempts";
+    case GiveUpReason::kDeadline:
+      return "deadline";
+    case GiveUpReason::kFatal:
+      return "fatal";
+    case GiveUpReason::kAuth:
+      return "auth";
+    case GiveUpReason::kNotIdempotent:
+      return "not_idempotent";
+    case GiveUpReason::kCancelled:
+      return "cancelled";
+    case GiveUpReason::kBudgetExhausted:
+      return "budget_exhausted";
+    case GiveUpReason::kBreakerOpen:
+      return "breaker_open";
+    case GiveUpReason::kPushbackStop:
+      return "pushback_stop";
+  }
+  return "none";
+}
+
+Pushback ParsePushback(absl::string_view value) {
+  Pushback p;
+  int64_t ms;
+  // SimpleAtoi accepts a leading '+' and surrounding spaces; A6 wants a bare
+  // non-negative integer, so require digits only.
+  const bool digits_only =
+      !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+  if (digits_only && absl::SimpleAtoi(value, &ms)) {
+    p.kind = Pushback::Kind::kRetryAfter;
+    p.delay = absl::Milliseconds(ms);
+  } else {
+    p.kind = Pushback::Kind::kStop;
+  }
+  return p;
+}
+
+RetryController::RetryController(const MethodPolicy& policy, bool may_repeat,
+                                 absl::Time deadline, Clock* clock)
+    : policy_(policy),
+      classifier_(policy.MakeClassifier()),
+      may_repeat_(may_repeat),
+      clock_(clock),
+      deadline_(deadline),
+      backoff_(policy.retry.backoff) {
+  if (policy.timeout != absl::InfiniteDuration()) {
+    deadline_ = std::min(deadline_, clock_->Now() + policy.timeout);
+  }
+}
+
+absl::Time RetryController::StartAttempt() {
+  ++attempts_;
+  attempt_deadline_ = deadline_;
+  if (policy_.per_attempt_timeout != absl::InfiniteDuration()) {
+    attempt_deadline_ =
+        std::min(attempt_deadline_, clock_->Now() + policy_.per_attempt_timeout);
+  }
+  return attempt_deadline_;
+}
+
+Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
+                                       const Pushback& pushback,
+                                       bool caller_cancelled,
+                                       absl::BitGenRef gen) {
+  const absl::Time now = clock_->Now();
+  AttemptOutcome outcome;
+  outcome.code = code;
+  outcome.caller_cancelled = caller_cancelled;
+  outcome.caller_deadline_expired = now >= deadline_;
+  // The attempt's deadline was its own timeout only if it came before the
+  // call's deadline.
+  outcome.per_attempt_timeout_expired =
+      code == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      attempt_deadline_ < deadline_;
+
+  Decision d;
+  d.status_class = classifier_.Classify(outcome);
+  switch (d.status_class) {
+    case StatusClass::kOk:
+      d.action = Decision::Action::kDone;
+      return d;
+    case StatusClass::kAuth:
+      d.action = Decision::Action::kGiveUp;
+      d.reason = GiveUpReason::kAuth;
+      return d;
+    case StatusClass::kFatal:
+      d.action = Decision::Action::kGiveUp;
+      d.reason = caller_cancelled                  ? GiveUpReason::kCancelled
+                 : outcome.caller_deadline_expired ? GiveUpReason::kDeadline
+                                                   : GiveUpReason::kFatal;
+      return d;
+    case StatusClass::kRetriable:
+      break;
+  }
+
+  d.action = Decision::Action::kGiveUp;
+  if (!may_repeat_) {
+    d.reason = GiveUpReason::kNotIdempotent;
+    return d;
+  }
+  if (pushback.kind == Pushback::Kind::kStop) {
+    d.reason = GiveUpReason::kPushbackStop;
+    return d;
+  }
+  if (attempts_ >= policy_.retry.max_attempts) {
+    d.reason = GiveUpReason::kMaxAttempts;
+    return d;
+  }
+  absl::Duration delay;
+  if (pushback.kind == Pushback::Kind::kRetryAfter) {
+    // A6: the server's delay is used exactly, and backoff starts over.
+    delay = pushback.delay;
+    backoff_.Reset();
+  } else {
+    delay = backoff_.Next(gen);
+  }
+  if (deadline_ != absl::InfiniteFuture() &&
+      now + delay + policy_.min_attempt_time > deadline_) {
+    d.reason = GiveUpReason::kDeadline;
+    return d;
+  }
+  d.action = Decision::Action::kRetry;
+  d.delay = delay;
+  return d;
+}
+
+std::string AnnotateMessage(absl::string_view message, int attempts,
+                            GiveUpReason reason) {
+  const bool retry_decision = reason != GiveUpReason::kNone &&
+                              reason != GiveUpReason::kFatal &&
+                              reason != GiveUpReason::kAuth &&
+                              reason != GiveUpReason::kCancelled;
+  if (attempts <= 1 && !retry_decision) return std::string(message);
+  std::string out(message);
+  absl::StrAppend(&out, out.empty() ? "" : " ", "[rpcguard: ", attempts,
+                  attempts == 1 ? " attempt" : " attempts");
+  if (reason != GiveUpReason::kNone) {
+    absl::StrAppend(&out, ", gave up: ", GiveUpReasonName(reason));
+  }
+  out += "]";
+  return out;
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,119 @@
+// Copyright rpcguard authors.
+//
+// RetryController: every decision about one call's attempts, and nothing
+// else. It never touches gRPC call objects: the interceptor tells it when an
+// attempt starts and how it ended, and does what it answers. Time comes from
+// an injected Clock and randomness from an injected generator, so the whole
+// decision sequence runs under a fake clock in tests.
+//
+// The caller's remaining deadline is the retry budget: a retry is started only
+// when its backoff plus a minimal attempt time still fits before the deadline;
+// otherwise the call gives up at once with the last attempt's status, rather
+// than sleeping into a deadline it cannot meet.
+
+#ifndef RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_
+#define RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/random/bit_gen_ref.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "interceptors/backoff.h"
+#include "interceptors/clock.h"
+#include "interceptors/policy.h"
+#include "interceptors/status_class.h"
+
+namespace rpcguard {
+
+// Why a call stopped without success (or kNone). Names are stable: they
+// appear in status messages, traces and stats.
+enum class GiveUpReason {
+  kNone,
+  kMaxAttempts,      // retriable failure, but the attempts are spent
+  kDeadline,         // the next attempt would not fit in the deadline
+  kFatal,            // the status is not worth retrying
+  kAuth,             // credentials refused
+  kNotIdempotent,    // retriable failure of a method not safe to repeat
+  kCancelled,        // the caller cancelled
+  kBudgetExhausted,  // the retry budget is spent
+  kBreakerOpen,      // the destination's circuit breaker is open
+  kPushbackStop,     // the server said not to retry
+};
+
+// Returns "none", "max_attempts", "deadline", "fatal", "auth",
+// "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
+// "pushback_stop".
+absl::string_view GiveUpReasonName(GiveUpReason reason);
+
+// The server's retry pushback (`grpc-retry-pushback-ms` trailer, gRFC A6).
+struct Pushback {
+  enum class Kind { kNone, kRetryAfter, kStop };
+  Kind kind = Kind::kNone;
+  absl::Duration delay;  // for kRetryAfter
+};
+
+// Parses a `grpc-retry-pushback-ms` value: a non-negative decimal integer of
+// milliseconds means "retry after exactly this"; anything else (negative,
+// empty, not a number, overflowing) means "do not retry", as A6 specifies.
+Pushback ParsePushback(absl::string_view value);
+
+// What to do after an attempt.
+struct Decision {
+  enum class Action { kDone, kRetry, kGiveUp };
+  Action action = Action::kDone;
+  GiveUpReason reason = GiveUpReason::kNone;
+  StatusClass status_class = StatusClass::kOk;
+  // For kRetry: how long to wait before the next attempt.
+  absl::Duration delay = absl::ZeroDuration();
+};
+
+// The decisions of one call. Thread-compatible: the interceptor serializes
+// access under its own lock.
+class RetryController {
+ public:
+  // `deadline` is the caller's (absl::InfiniteFuture() for none); the
+  // policy's `timeout` may shorten it. `may_repeat`: whether the call is safe
+  // to send more than once (declared idempotent, or carrying a key).
+  // `policy` and `clock` must outlive the controller.
+  RetryController(const MethodPolicy& policy, bool may_repeat,
+                  absl::Time deadline, Clock* clock);
+
+  // Starts the next attempt: returns its deadline, the caller's deadline or
+  // the per-attempt timeout from now, whichever is earlier.
+  absl::Time StartAttempt();
+
+  // Records how the current attempt ended and decides what comes next.
+  // `caller_cancelled`: the caller cancelled while it ran.
+  Decision OnAttemptEnd(grpc::StatusCode code, const Pushback& pushback,
+                        bool caller_cancelled, absl::BitGenRef gen);
+
+  // Attempts started so far.
+  int attempts() const { return attempts_; }
+  // The effective deadline of the whole call.
+  absl::Time deadline() const { return deadline_; }
+  // Time left until the deadline (may be negative; infinite without one).
+  absl::Duration Remaining() const { return deadline_ - clock_->Now(); }
+
+ private:
+  const MethodPolicy& policy_;
+  const Classifier classifier_;
+  const bool may_repeat_;
+  Clock* const clock_;
+  absl::Time deadline_;
+  absl::Time attempt_deadline_ = absl::InfiniteFuture();
+  Backoff backoff_;
+  int attempts_ = 0;
+};
+
+// Appends rpcguard's account of the call to a status message:
+// "<message> [rpcguard: 3 attempts, gave up: deadline]". Returns the message
+// unchanged when there is nothing to say (one attempt, and a final status
+// that retrying could not have changed).
+std::string AnnotateMessage(absl::string_view message, int attempts,
+                            GiveUpReason reason);
+
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_

@@ -1,0 +1,647 @@
+// Copyright rpcguard authors.
+//
+// How the retrying interceptor works
+// ==================================
+//
+// gRPC's interceptor API has no "retry" operation: once an attempt has
+// failed, the application's call has consumed its one response. The only way
+// to retry from an interceptor is to *hijack* the call (see
+// shared notes "interceptor-mechanics"):
+//
+//  1. The application's first batch carries send-initial-metadata, the
+//     message and close together. RetryInterceptor captures what it needs to
+//     replay the request (serialized message, metadata, deadline, credentials,
+//     the channel below this interceptor) into a CallState, starts attempt 1
+//     and calls Hijack(). From then on the application's call never reaches
+//     gRPC core: rpcguard owns its outcome.
+//  2. Every batch of the application's call that waits for results (receive
+//     initial metadata, message, status) arrives with PRE_RECV_* hooks. Those
+//     batches are *parked* in the CallState, not proceeded.
+//  3. Each attempt is an ordinary asynchronous callback-API call on the
+//     intercepted channel, with its own ClientContext (Attempt). When it ends,
+//     the RetryController (pure logic, no gRPC objects) decides: done, retry
+//     after a backoff (a grpc::Alarm, never a sleep), or give up.
+//  4. When the call is decided, every parked batch is filled from the final
+//     attempt (metadata, the deserialized message, the status with rpcguard's
+//     annotation) and proceeded; batches arriving later are served at once.
+//
+// Calls that can never be retried (undeclared methods, streaming, marked
+// pass-through) are not hijacked: rpcguard only adds its metadata and
+// proceeds, which keeps their cost close to a pass-through interceptor.
+//
+// Concurrency and lifetime rules, each learnt from a crash or a hang:
+//  - CallState is shared (std::shared_ptr) by the interceptor, the running
+//    attempt's completion callback and the alarms, so it outlives whichever
+//    finishes last. Alarm callbacks hold it weakly: an Alarm keeps its
+//    callback until the Alarm is destroyed, and the CallState owns its alarms.
+//  - mu_ is never held across a gRPC call that may call back: Proceed, Hijack,
+//    TryCancel, starting an attempt, setting or cancelling an alarm.
+//  - A caller's cancel (PRE_SEND_CANCEL) arrives while gRPC holds the
+//    application context's lock; acting on it inline crashed under ASan, so it
+//    only records the cancel and defers the work to a zero-delay alarm.
+//  - Nothing touches `this` (the interceptor) after Hijack() or after the
+//    last Proceed(): the application may destroy its ClientContext, which
+//    owns the interceptor, as soon as it sees the result.
+
+#include "interceptors/retry_interceptor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "interceptors/retry_controller.h"
+#include "interceptors/uuid.h"
+
+namespace rpcguard {
+namespace {
+
+using grpc::experimental::ClientRpcInfo;
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// What every interceptor of one factory shares. Immutable.
+struct Shared {
+  Config config;
+  Clock* clock;
+  Random* random;
+};
+
+// Converts between the injected clock's time and the real clock that gRPC
+// timers use, by the remaining duration.
+std::chrono::system_clock::time_point ToSystemTime(absl::Time t,
+                                                   Clock* clock) {
+  const absl::Duration left = t - clock->Now();
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             absl::ToChronoNanoseconds(std::max(left, absl::ZeroDuration())));
+}
+
+absl::Time CallerDeadline(grpc::ClientContext* context, Clock* clock) {
+  const gpr_timespec raw = context->raw_deadline();
+  if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) == 0) {
+    return absl::InfiniteFuture();
+  }
+  const gpr_timespec now = gpr_now(raw.clock_type);
+  const gpr_timespec left = gpr_time_sub(raw, now);
+  return clock->Now() + absl::Seconds(left.tv_sec) +
+         absl::Nanoseconds(left.tv_nsec);
+}
+
+// One attempt: its own context and response buffer.
+struct Attempt {
+  grpc::ClientContext context;
+  grpc::ByteBuffer response;
+  absl::Time deadline;
+};
+
+// The state of one hijacked call. See the essay at the top of the file.
+class CallState : public std::enable_shared_from_this<CallState> {
+ public:
+  // Everything needed to replay the request, captured from the first batch.
+  struct Setup {
+    std::string method;
+    std::shared_ptr<grpc::ChannelInterface> channel;
+    grpc::ByteBuffer request;
+    Metadata metadata;  // the caller's, less rpcguard's own keys
+    std::string idempotency_key;
+    std::shared_ptr<grpc::CallCredentials> credentials;
+    grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
+    absl::Time deadline = absl::InfiniteFuture();
+    bool may_repeat = false;
+  };
+
+  CallState(std::shared_ptr<const Shared> shared, const MethodPolicy& policy,
+            Setup setup)
+      : shared_(std::move(shared)),
+        policy_(policy),
+        setup_(std::move(setup)),
+        controller_(policy_, setup_.may_repeat, setup_.deadline,
+                    shared_->clock) {}
+
+  // Starts attempt 1 (or ends the call at once when it cannot start).
+  void Start() { StartAttempt(); }
+
+  // Ends the call before any attempt, with `status`.
+  void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<InterceptorBatchMethods*> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      ready = FinishLocked(status, reason, nullptr);
+    }
+    Serve(std::move(ready));
+  }
+
+  // The caller cancelled. Safe from any thread, any number of times.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_ || done_) return;
+      cancelled_ = true;
+      cancel_alarm_ = std::make_unique<grpc::Alarm>();
+    }
+    // Deferred: this runs inside ClientContext::TryCancel with its lock held.
+    std::weak_ptr<CallState> weak = weak_from_this();
+    cancel_alarm_->Set(std::chrono::system_clock::now(), [weak](bool) {
+      if (auto self = weak.lock()) self->DoCancel();
+    });
+  }
+
+  // A batch of the application's call that waits for the result.
+  void Park(InterceptorBatchMethods* batch) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!done_) {
+        parked_.push_back(batch);
+        return;
+      }
+    }
+    Serve({batch});
+  }
+
+ private:
+  void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
+    auto attempt = std::make_shared<Attempt>();
+    int number = 0;
+    bool ended = false;
+    std::vector<InterceptorBatchMethods*> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) return;
+      if (cancelled_) {
+        ready = FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED,
+                                          "call cancelled by the caller"),
+                             GiveUpReason::kCancelled, nullptr);
+        ended = true;
+      } else if (controller_.Remaining() <= absl::ZeroDuration()) {
+        ready = FinishLocked(
+            grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                         absl::StrCat("deadline passed before attempt ",
+                                      controller_.attempts() + 1)),
+            GiveUpReason::kDeadline, nullptr);
+        ended = true;
+      } else {
+        attempt->deadline = controller_.StartAttempt();
+        number = controller_.attempts();
+        attempt_ = attempt;
+        attempt_started_ = false;
+      }
+    }
+    if (ended) {
+      Serve(std::move(ready));
+      return;
+    }
+
+    grpc::ClientContext& ctx = attempt->context;
+    if (attempt->deadline != absl::InfiniteFuture()) {
+      ctx.set_deadline(ToSystemTime(attempt->deadline, shared_->clock));
+    }
+    if (setup_.credentials) ctx.set_credentials(setup_.credentials);
+    if (setup_.compression != GRPC_COMPRESS_NONE) {
+      ctx.set_compression_algorithm(setup_.compression);
+    }
+    if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
+    for (const auto& kv : setup_.metadata) ctx.AddMetadata(kv.first, kv.second);
+    ctx.AddMetadata(kIdempotencyKeyHeader, setup_.idempotency_key);
+    ctx.AddMetadata(kAttemptHeader, absl::StrCat(number));
+
+    grpc::GenericStub stub(setup_.channel);
+    std::shared_ptr<CallState> self = shared_from_this();
+    stub.UnaryCall(&ctx, setup_.method, grpc::StubOptions(), &setup_.request,
+                   &attempt->response,
+                   [self, attempt](grpc::Status status) {
+                     self->OnAttemptDone(attempt, std::move(status));
+                   });
+
+    bool cancel_now;
+    {
+      absl::MutexLock lock(&mu_);
+      attempt_started_ = true;
+      cancel_now = cancelled_ && attempt_ == attempt;
+    }
+    // A cancel that came while the attempt was being started found it not
+    // yet startable; cancel it now.
+    if (cancel_now) ctx.TryCancel();
+  }
+
+  void OnAttemptDone(const std::shared_ptr<Attempt>& attempt,
+                     grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    Pushback pushback;
+    const auto& trailers = attempt->context.GetServerTrailingMetadata();
+    auto it = trailers.find(kPushbackTrailer);
+    if (it != trailers.end() && !status.ok()) {
+      pushback = ParsePushback(absl::string_view(it->second.data(),
+                                                 it->second.size()));
+    }
+
+    std::vector<InterceptorBatchMethods*> ready;
+    absl::Time backoff_until;
+    bool retry = false;
+    {
+      absl::MutexLock lock(&mu_);
+      attempt_.reset();
+      if (done_) return;
+      RandomBitGen gen(shared_->random);
+      const Decision d = controller_.OnAttemptEnd(status.error_code(),
+                                                  pushback, cancelled_, gen);
+      if (d.action == Decision::Action::kRetry) {
+        retry = true;
+        backoff_until = shared_->clock->Now() + d.delay;
+        backoff_alarm_ = std::make_unique<grpc::Alarm>();
+        backoff_armed_ = false;
+      } else {
+        grpc::Status final = status;
+        if (cancelled_ && !status.ok()) {
+          final = grpc::Status(grpc::StatusCode::CANCELLED,
+                               "call cancelled by the caller");
+        }
+        ready = FinishLocked(final, d.reason, attempt.get());
+      }
+    }
+    if (!retry) {
+      Serve(std::move(ready));
+      return;
+    }
+
+    std::weak_ptr<CallState> weak = weak_from_this();
+    grpc::Alarm* alarm = backoff_alarm_.get();
+    alarm->Set(ToSystemTime(backoff_until, shared_->clock), [weak](bool) {
+      if (auto self = weak.lock()) self->StartAttempt();
+    });
+    bool cancel_now;
+    {
+      absl::MutexLock lock(&mu_);
+      backoff_armed_ = true;
+      cancel_now = cancelled_;
+    }
+    // A cancel during the backoff: end it now rather than when it expires.
+    if (cancel_now) alarm->Cancel();
+  }
+
+  // The deferred half of Cancel(): stops whatever is running. Its completion
+  // (CANCELLED attempt, or cancelled alarm) then ends the call.
+  void DoCancel() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<Attempt> attempt;
+    grpc::Alarm* alarm = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) return;
+      if (attempt_ != nullptr && attempt_started_) attempt = attempt_;
+      if (attempt_ == nullptr && backoff_alarm_ && backoff_armed_) {
+        alarm = backoff_alarm_.get();
+      }
+    }
+    if (attempt) attempt->context.TryCancel();
+    // The alarm's callback calls StartAttempt, which ends the call as
+    // cancelled without starting an attempt.
+    if (alarm) alarm->Cancel();
+  }
+
+  // Records the final outcome; returns the parked batches to serve.
+  std::vector<InterceptorBatchMethods*> FinishLocked(
+      const grpc::Status& status, GiveUpReason reason, Attempt* last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    done_ = true;
+    const int attempts = controller_.attempts();
+    final_status_ =
+        grpc::Status(status.error_code(),
+                     AnnotateMessage(status.error_message(), attempts, reason),
+                     status.error_details());
+    attempts_text_ = absl::StrCat(attempts);
+    if (last != nullptr) {
+      response_ = last->response;
+      for (const auto& kv : last->context.GetServerInitialMetadata()) {
+        initial_metadata_.emplace_back(std::string(kv.first.data(), kv.first.size()),
+                                       std::string(kv.second.data(), kv.second.size()));
+      }
+      for (const auto& kv : last->context.GetServerTrailingMetadata()) {
+        trailing_metadata_.emplace_back(std::string(kv.first.data(), kv.first.size()),
+                                        std::string(kv.second.data(), kv.second.size()));
+      }
+    }
+    std::vector<InterceptorBatchMethods*> ready;
+    ready.swap(parked_);
+    return ready;
+  }
+
+  // Fills and proceeds batches once the call is decided. Batches without the
+  // status go first: the status completes the call for the application.
+  void Serve(std::vector<InterceptorBatchMethods*> batches)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    std::stable_partition(
+        batches.begin(), batches.end(), [](InterceptorBatchMethods* b) {
+          return !b->QueryInterceptionHookPoint(
+              InterceptionHookPoints::PRE_RECV_STATUS);
+        });
+    for (InterceptorBatchMethods* b : batches) Fill(b);
+    for (InterceptorBatchMethods* b : batches) b->Proceed();
+  }
+
+  // The final_* fields are written once under mu_ before done_ is set, and
+  // only read after; Fill runs after that, so it reads them without the lock.
+  void Fill(InterceptorBatchMethods* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
+      auto* map = b->GetRecvInitialMetadata();
+      for (const auto& kv : initial_metadata_) {
+        map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+      }
+    }
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_MESSAGE)) {
+      bool filled = false;
+      if (final_status_.ok()) {
+        // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
+        // ByteBuffer callers must opt out (MarkPassThrough).
+        grpc::ByteBuffer copy(response_);
+        grpc::Status parsed =
+            grpc::SerializationTraits<grpc::protobuf::MessageLite>::
+                Deserialize(&copy, static_cast<grpc::protobuf::MessageLite*>(
+                                       b->GetRecvMessage()));
+        if (parsed.ok()) {
+          filled = true;
+        } else {
+          final_status_ = grpc::Status(
+              grpc::StatusCode::INTERNAL,
+              absl::StrCat("rpcguard: cannot parse the response of ",
+                           setup_.method, ": ", parsed.error_message()));
+        }
+      }
+      if (!filled) b->FailHijackedRecvMessage();
+    }
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_STATUS)) {
+      *b->GetRecvStatus() = final_status_;
+      auto* map = b->GetRecvTrailingMetadata();
+      for (const auto& kv : trailing_metadata_) {
+        map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+      }
+      map->emplace(grpc::string_ref(kAttemptsTrailer),
+                   grpc::string_ref(attempts_text_));
+    }
+  }
+
+  const std::shared_ptr<const Shared> shared_;
+  const MethodPolicy& policy_;
+  const Setup setup_;
+
+  absl::Mutex mu_;
+  RetryController controller_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<Attempt> attempt_ ABSL_GUARDED_BY(mu_);
+  bool attempt_started_ ABSL_GUARDED_BY(mu_) = false;
+  // Set under mu_, then used without it by the one thread that armed it.
+  std::unique_ptr<grpc::Alarm> backoff_alarm_;
+  bool backoff_armed_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> cancel_alarm_;
+  std::vector<InterceptorBatchMethods*> parked_ ABSL_GUARDED_BY(mu_);
+
+  // The outcome, written once by FinishLocked. The application's metadata
+  // maps point into these strings, so they live as long as the call.
+  grpc::Status final_status_;
+  grpc::ByteBuffer response_;
+  Metadata initial_metadata_;
+  Metadata trailing_metadata_;
+  std::string attempts_text_;
+};
+
+class RetryInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RetryInterceptor(ClientRpcInfo* info, std::shared_ptr<const Shared> shared)
+      : info_(info), shared_(std::move(shared)) {}
+
+  void Intercept(InterceptorBatchMethods* batch) override {
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_CANCEL)) {
+      OnCancel();
+      return;  // gRPC continues a cancel batch by itself.
+    }
+    if (info_->type() != ClientRpcInfo::Type::UNARY) {
+      batch->Proceed();
+      return;
+    }
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      OnFirstBatch(batch);
+      return;  // OnFirstBatch may hijack: `this` may be gone.
+    }
+    if (hijacked_ &&
+        (batch->QueryInterceptionHookPoint(
+             InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
+         batch->QueryInterceptionHookPoint(
+             InterceptionHookPoints::PRE_RECV_MESSAGE) ||
+         batch->QueryInterceptionHookPoint(
+             InterceptionHookPoints::PRE_RECV_STATUS))) {
+      call_for_batches_->Park(batch);
+      return;
+    }
+    if (fast_path_policy_ != nullptr &&
+        batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_STATUS)) {
+      OnFastPathStatus(batch);
+    }
+    batch->Proceed();
+  }
+
+ private:
+  void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<CallState> call;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      call = call_;
+    }
+    if (call) call->Cancel();
+  }
+
+  // A call tried once without hijacking has ended: report it like any other.
+  void OnFastPathStatus(InterceptorBatchMethods* batch) {
+    static const grpc::string_ref kOne("1");
+    batch->GetRecvTrailingMetadata()->emplace(
+        grpc::string_ref(kAttemptsTrailer), kOne);
+    grpc::Status* status = batch->GetRecvStatus();
+    if (status->ok()) return;
+    AttemptOutcome outcome;
+    outcome.code = status->error_code();
+    if (fast_path_policy_->MakeClassifier().Classify(outcome) ==
+        StatusClass::kRetriable) {
+      // Say why a transient failure was not retried.
+      *status = grpc::Status(
+          status->error_code(),
+          AnnotateMessage(status->error_message(), 1,
+                          GiveUpReason::kNotIdempotent),
+          status->error_details());
+    }
+  }
+
+  void OnFirstBatch(InterceptorBatchMethods* batch) {
+    auto* md = batch->GetSendInitialMetadata();
+    if (md->erase(kPassThroughHeader) > 0) {
+      batch->Proceed();
+      return;
+    }
+    const MethodPolicy& policy = shared_->config.Lookup(info_->method());
+
+    // rpcguard owns the attempt header: a caller's value would lie.
+    md->erase(kAttemptHeader);
+    std::string key;
+    const size_t keys = md->count(kIdempotencyKeyHeader);
+    grpc::Status bad_key;
+    if (keys > 0) {
+      key = md->find(kIdempotencyKeyHeader)->second;
+      if (keys > 1) {
+        bad_key = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "rpcguard: more than one idempotency-key "
+                               "metadata value on the call");
+      } else if (key.empty() || key.size() > kMaxIdempotencyKeyLength) {
+        bad_key = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("rpcguard: idempotency-key must be 1 to ",
+                         kMaxIdempotencyKeyLength, " characters, got ",
+                         key.size()));
+      }
+    }
+    // A caller's own key says the server deduplicates this call.
+    const Idempotency idempotency = policy.idempotency == Idempotency::kUnknown &&
+                                            keys == 1 && bad_key.ok()
+                                        ? Idempotency::kKeyed
+                                        : policy.idempotency;
+    const bool may_repeat =
+        MayRepeat(idempotency) && policy.retry.max_attempts > 1;
+    const bool needs_hijack =
+        !bad_key.ok() || may_repeat ||
+        policy.timeout != absl::InfiniteDuration() ||
+        policy.wait_for_ready.has_value();
+
+    if (!needs_hijack) {
+      // Tried once, exactly as without rpcguard, plus the metadata.
+      if (keys == 0) {
+        md->emplace(kIdempotencyKeyHeader, NewUuidV4(*shared_->random));
+      }
+      md->emplace(kAttemptHeader, "1");
+      fast_path_policy_ = &policy;
+      batch->Proceed();
+      return;
+    }
+
+    CallState::Setup setup;
+    setup.method = info_->method();
+    setup.channel = batch->GetInterceptedChannel();
+    setup.request = *batch->GetSerializedSendMessage();
+    grpc::ClientContext* app = info_->client_context();
+    setup.credentials = app->credentials();
+    setup.compression = app->compression_algorithm();
+    setup.deadline = CallerDeadline(app, shared_->clock);
+    setup.may_repeat = may_repeat;
+    setup.idempotency_key = keys > 0 ? key : NewUuidV4(*shared_->random);
+    md->erase(kIdempotencyKeyHeader);
+    setup.metadata.assign(md->begin(), md->end());
+
+    auto call = std::make_shared<CallState>(shared_, policy, std::move(setup));
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      call_ = call;
+      cancelled = cancelled_;
+    }
+    call_for_batches_ = call.get();
+    hijacked_ = true;
+    if (!bad_key.ok()) {
+      call->FailBeforeStart(bad_key, GiveUpReason::kNone);
+    } else if (cancelled) {
+      call->FailBeforeStart(grpc::Status(grpc::StatusCode::CANCELLED,
+                                         "call cancelled before it started"),
+                            GiveUpReason::kCancelled);
+    } else {
+      call->Start();
+    }
+    // Re-enters Intercept() with this batch's receive hooks, which park.
+    batch->Hijack();
+  }
+
+  ClientRpcInfo* const info_;
+  const std::shared_ptr<const Shared> shared_;
+  // Written by the first batch before Hijack()/Proceed(); later batches of
+  // the same call are ordered after it by gRPC.
+  bool hijacked_ = false;
+  // Set when the call is tried once without hijacking.
+  const MethodPolicy* fast_path_policy_ = nullptr;
+  CallState* call_for_batches_ = nullptr;
+
+  // A cancel may come on any thread, before or during the first batch.
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<CallState> call_ ABSL_GUARDED_BY(mu_);
+};
+
+class RetryInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit RetryInterceptorFactory(std::shared_ptr<const Shared> shared)
+      : shared_(std::move(shared)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      ClientRpcInfo* info) override {
+    return new RetryInterceptor(info, shared_);
+  }
+
+ private:
+  // Shared with every interceptor, so calls in flight outlive the factory.
+  std::shared_ptr<const Shared> shared_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+MakeInterceptorFactory(Options options) {
+  auto shared = std::make_shared<Shared>();
+  shared->config = std::move(options.config);
+  shared->clock = options.clock != nullptr ? options.clock : Clock::Real();
+  shared->random =
+      options.random != nullptr ? options.random : Random::Default();
+  return std::make_unique<RetryInterceptorFactory>(std::move(shared));
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    Options options, grpc::ChannelArguments args) {
+  const grpc_channel_args c_args = args.c_channel_args();
+  for (size_t i = 0; i < c_args.num_args; ++i) {
+    const grpc_arg& arg = c_args.args[i];
+    if (arg.type == GRPC_ARG_STRING &&
+        absl::string_view(arg.key) == GRPC_ARG_SERVICE_CONFIG &&
+        absl::string_view(arg.value.string).find("\"retryPolicy\"") !=
+            absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          "the channel's service config has a retryPolicy: gRPC's built-in "
+          "retries would run inside every rpcguard attempt and multiply "
+          "attempts; move the policy into rpcguard's Config instead");
+    }
+  }
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(MakeInterceptorFactory(std::move(options)));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(factories));
+}
+
+void MarkPassThrough(grpc::ClientContext* context) {
+  context->AddMetadata(kPassThroughHeader, "1");
+}
+
+}  // namespace rpcguard

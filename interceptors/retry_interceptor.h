@@ -1,0 +1,95 @@
+// Copyright rpcguard authors.
+//
+// The retrying client interceptor and the ways to install it.
+//
+//   rpcguard::Options options;
+//   options.config = *rpcguard::Config::FromJson(json);
+//   auto channel = rpcguard::CreateChannel(
+//       "dns:///payments:443", grpc::SslCredentials({}), std::move(options));
+//   if (!channel.ok()) { ... }  // a bad Options never yields a channel
+//   auto stub = payments::v1::Payments::NewStub(*channel);
+//
+// Unary RPCs are retried for the sync, CQ-async and callback stubs; streaming
+// RPCs pass through untouched. Only calls safe to repeat are ever sent twice:
+// methods declared NO_SIDE_EFFECTS, IDEMPOTENT or KEYED, and calls whose
+// caller put its own `idempotency-key` metadata on them.
+//
+// Metadata on every attempt: `idempotency-key` (the caller's own if present,
+// else a random UUID v4 made once per call, the same on every attempt) and
+// `rpcguard-attempt` (1, 2, ...). The caller's trailing metadata gains
+// `rpcguard-attempts` (the number of attempts made).
+//
+// Limits of gRPC 1.51's interceptor API (documented in README.md): the
+// caller's wait_for_ready, authority and parent-call propagation cannot be
+// read from its ClientContext, so attempts do not inherit them; use the
+// config's `waitForReady` per method instead.
+
+#ifndef RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
+#define RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include "absl/status/statusor.h"
+#include "interceptors/clock.h"
+#include "interceptors/config.h"
+#include "interceptors/random.h"
+
+namespace rpcguard {
+
+// Metadata keys rpcguard reads and writes.
+inline constexpr char kIdempotencyKeyHeader[] = "idempotency-key";
+inline constexpr char kAttemptHeader[] = "rpcguard-attempt";
+inline constexpr char kAttemptsTrailer[] = "rpcguard-attempts";
+inline constexpr char kPassThroughHeader[] = "rpcguard-passthrough";
+inline constexpr char kPushbackTrailer[] = "grpc-retry-pushback-ms";
+
+// Longest idempotency key accepted from a caller (Stripe's limit). A longer
+// one fails the call with INVALID_ARGUMENT rather than being cut, which
+// would break the server's deduplication.
+inline constexpr size_t kMaxIdempotencyKeyLength = 255;
+
+// How rpcguard behaves. Every shared resource is a parameter with a default.
+struct Options {
+  // Per-method policies.
+  Config config;
+  // Time source for deadline arithmetic; must outlive every call. Null means
+  // Clock::Real().
+  Clock* clock = Clock::Real();
+  // Randomness for jitter and idempotency keys; must outlive every call. Null
+  // means Random::Default().
+  Random* random = Random::Default();
+};
+
+// Returns an interceptor factory to pass to
+// grpc::experimental::CreateCustomChannelWithInterceptors. Register it before
+// (to the left of) interceptors that should run once per attempt; those
+// registered before it run once per call. The factory may be destroyed while
+// calls are in flight.
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+MakeInterceptorFactory(Options options);
+
+// Creates a channel to `target` with rpcguard's interceptor registered.
+// Errors: InvalidArgument when `args` carries a service config that also enables gRPC's built-in retries (two retry layers
+// multiply attempts; choose one).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    Options options, grpc::ChannelArguments args = {});
+
+// Marks a call made through grpc::GenericStub with grpc::ByteBuffer messages,
+// so rpcguard passes it through untouched (never retried). Needed only for
+// such calls to methods the config declares retriable: gRPC's interceptor API
+// does not say what type the caller's response object has. Call before the
+// RPC starts.
+void MarkPassThrough(grpc::ClientContext* context);
+
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_

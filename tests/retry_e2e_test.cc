@@ -1,0 +1,647 @@
+// Copyright rpcguard authors.
+//
+// End-to-end tests: real gRPC calls through rpcguard to a real fault-injecting
+// server on 127.0.0.1, for each of the sync, CQ-async and callback stubs. The
+// server records what every attempt carried; the tests assert on that.
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "interceptors/rpcguard.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "tests/testing/fault_server.h"
+
+namespace rpcguard {
+namespace {
+
+using ::rpcguard::testing::FaultServer;
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+using ::rpcguard::testing::v1::FaultService;
+
+enum class StubKind { kSync, kAsync, kCallback };
+enum class Method { kGet, kPut, kCharge, kCreate };
+
+std::string KindName(StubKind k) {
+  switch (k) {
+    case StubKind::kSync:
+      return "Sync";
+    case StubKind::kAsync:
+      return "Async";
+    case StubKind::kCallback:
+      return "Callback";
+  }
+  return "";
+}
+
+// Retries for Get/Put/Charge with short backoff; Create is left undeclared.
+constexpr char kDefaultConfig[] = R"json({"methodConfig": [
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"}],
+   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.005s",
+                   "maxBackoff": "0.02s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]},
+   "rpcguard": {"idempotency": "NO_SIDE_EFFECTS"}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Put"}],
+   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.005s",
+                   "maxBackoff": "0.02s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"idempotency": "IDEMPOTENT"}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Charge"}],
+   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.005s",
+                   "maxBackoff": "0.02s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"idempotency": "KEYED"}}
+]})json";
+
+// A call started without waiting for it.
+class PendingCall {
+ public:
+  virtual ~PendingCall() = default;
+  virtual grpc::Status Wait() = 0;
+};
+
+class SyncCall final : public PendingCall {
+ public:
+  SyncCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
+           const FaultRequest& req, FaultReply* reply) {
+    thread_ = std::thread([=] {
+      switch (m) {
+        case Method::kGet:
+          status_ = stub->Get(ctx, req, reply);
+          break;
+        case Method::kPut:
+          status_ = stub->Put(ctx, req, reply);
+          break;
+        case Method::kCharge:
+          status_ = stub->Charge(ctx, req, reply);
+          break;
+        case Method::kCreate:
+          status_ = stub->Create(ctx, req, reply);
+          break;
+      }
+    });
+  }
+  grpc::Status Wait() override {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  std::thread thread_;
+  grpc::Status status_;
+};
+
+class AsyncCall final : public PendingCall {
+ public:
+  AsyncCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
+            const FaultRequest& req, FaultReply* reply) {
+    switch (m) {
+      case Method::kGet:
+        rpc_ = stub->AsyncGet(ctx, req, &cq_);
+        break;
+      case Method::kPut:
+        rpc_ = stub->AsyncPut(ctx, req, &cq_);
+        break;
+      case Method::kCharge:
+        rpc_ = stub->AsyncCharge(ctx, req, &cq_);
+        break;
+      case Method::kCreate:
+        rpc_ = stub->AsyncCreate(ctx, req, &cq_);
+        break;
+    }
+    rpc_->Finish(reply, &status_, this);
+  }
+  grpc::Status Wait() override {
+    void* tag;
+    bool ok;
+    EXPECT_TRUE(cq_.Next(&tag, &ok));
+    EXPECT_EQ(tag, this);
+    cq_.Shutdown();
+    while (cq_.Next(&tag, &ok)) {
+    }
+    return status_;
+  }
+
+ private:
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<FaultReply>> rpc_;
+  grpc::Status status_;
+};
+
+class CallbackCall final : public PendingCall {
+ public:
+  CallbackCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
+               const FaultRequest& req, FaultReply* reply)
+      : req_(req) {
+    auto done = [this](grpc::Status s) {
+      status_ = std::move(s);
+      done_.Notify();
+    };
+    auto* async = stub->async();
+    switch (m) {
+      case Method::kGet:
+        async->Get(ctx, &req_, reply, done);
+        break;
+      case Method::kPut:
+        async->Put(ctx, &req_, reply, done);
+        break;
+      case Method::kCharge:
+        async->Charge(ctx, &req_, reply, done);
+        break;
+      case Method::kCreate:
+        async->Create(ctx, &req_, reply, done);
+        break;
+    }
+  }
+  grpc::Status Wait() override {
+    done_.WaitForNotification();
+    return status_;
+  }
+
+ private:
+  FaultRequest req_;
+  absl::Notification done_;
+  grpc::Status status_;
+};
+
+std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto it = md.find(key);
+  if (it == md.end()) return "<none>";
+  return std::string(it->second.data(), it->second.size());
+}
+
+class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
+ protected:
+  void SetUp() override { UseConfig(kDefaultConfig); }
+
+  void UseConfig(const std::string& json) {
+    absl::StatusOr<Config> config = Config::FromJson(json);
+    ASSERT_TRUE(config.ok()) << config.status();
+    Options options;
+    options.config = *config;
+    auto channel = CreateChannel(server_.address(),
+                                 grpc::InsecureChannelCredentials(), options);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    channel_ = *channel;
+    stub_ = FaultService::NewStub(channel_);
+  }
+
+  std::unique_ptr<PendingCall> Start(Method m, grpc::ClientContext* ctx,
+                                     const FaultRequest& req,
+                                     FaultReply* reply) {
+    switch (GetParam()) {
+      case StubKind::kSync:
+        return std::make_unique<SyncCall>(stub_.get(), m, ctx, req, reply);
+      case StubKind::kAsync:
+        return std::make_unique<AsyncCall>(stub_.get(), m, ctx, req, reply);
+      case StubKind::kCallback:
+        return std::make_unique<CallbackCall>(stub_.get(), m, ctx, req,
+                                              reply);
+    }
+    return nullptr;
+  }
+
+  grpc::Status Call(Method m, grpc::ClientContext* ctx, const FaultRequest& req,
+                    FaultReply* reply) {
+    return Start(m, ctx, req, reply)->Wait();
+  }
+
+  // A unique operation id per test and stub kind.
+  std::string Op(const std::string& name) {
+    return absl::StrCat(name, "-", KindName(GetParam()), "-", ++op_counter_);
+  }
+
+  // Waits (up to 5 s) until the server has seen `n` attempts of `op`.
+  bool WaitForAttempts(const std::string& op, int n) {
+    const absl::Time limit = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < limit) {
+      if (server_.Op(op).attempts >= n) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  }
+
+  FaultServer server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<FaultService::Stub> stub_;
+  int op_counter_ = 0;
+};
+
+TEST_P(RetryE2ETest, RetriesReachSuccess) {
+  FaultRequest req;
+  req.set_op_id(Op("get"));
+  req.set_fail_first(2);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(reply.op_id(), req.op_id());
+  EXPECT_EQ(reply.attempts_seen(), 3);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "3");
+}
+
+TEST_P(RetryE2ETest, SuccessfulCallsNeverRetry) {
+  FaultRequest req;
+  req.set_op_id(Op("ok"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "1");
+}
+
+TEST_P(RetryE2ETest, FatalAndAuthCodesAreNotRetried) {
+  for (grpc::StatusCode code :
+       {grpc::StatusCode::INVALID_ARGUMENT, grpc::StatusCode::NOT_FOUND,
+        grpc::StatusCode::INTERNAL, grpc::StatusCode::CANCELLED,
+        grpc::StatusCode::UNAUTHENTICATED,
+        grpc::StatusCode::PERMISSION_DENIED}) {
+    FaultRequest req;
+    req.set_op_id(Op("fatal"));
+    req.set_fail_first(3);
+    req.set_fail_code(code);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), code);
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1) << StatusCodeName(code);
+  }
+}
+
+TEST_P(RetryE2ETest, UndeclaredMethodIsTriedOnce) {
+  FaultRequest req;
+  req.set_op_id(Op("create"));
+  req.set_fail_first(1);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s = Call(Method::kCreate, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  EXPECT_EQ(server_.Op(req.op_id()).attempt_headers,
+            std::vector<std::string>{"1"});
+  EXPECT_EQ(server_.Op(req.op_id()).keys.size(), 1u);
+  EXPECT_FALSE(server_.Op(req.op_id()).keys[0].empty());
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "1");
+}
+
+TEST_P(RetryE2ETest, KeysAreIdenticalAndAttemptsNumbered) {
+  FaultRequest req;
+  req.set_op_id(Op("put"));
+  req.set_fail_first(2);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Call(Method::kPut, &ctx, req, &reply).ok());
+  testing::OpRecord op = server_.Op(req.op_id());
+  ASSERT_EQ(op.attempts, 3);
+  EXPECT_EQ(op.attempt_headers, (std::vector<std::string>{"1", "2", "3"}));
+  const std::regex uuid4(
+      "[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+  EXPECT_TRUE(std::regex_match(op.keys[0], uuid4)) << op.keys[0];
+  EXPECT_EQ(op.keys[1], op.keys[0]);
+  EXPECT_EQ(op.keys[2], op.keys[0]);
+}
+
+TEST_P(RetryE2ETest, CallersKeyIsKeptAndMakesUndeclaredMethodRetriable) {
+  UseConfig(R"json({"methodConfig": [{"name": [{}],
+      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.005s",
+                      "maxBackoff": "0.01s", "backoffMultiplier": 2,
+                      "retryableStatusCodes": ["UNAVAILABLE"]}}]})json");
+  FaultRequest req;
+  req.set_op_id(Op("keyed-create"));
+  req.set_fail_first(1);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("idempotency-key", "order-42");
+  ASSERT_TRUE(Call(Method::kCreate, &ctx, req, &reply).ok());
+  testing::OpRecord op = server_.Op(req.op_id());
+  EXPECT_EQ(op.attempts, 2);
+  EXPECT_EQ(op.keys, (std::vector<std::string>{"order-42", "order-42"}));
+}
+
+TEST_P(RetryE2ETest, KeyedSideEffectIsAppliedOnceWhenReplyWasLost) {
+  FaultRequest req;
+  req.set_op_id(Op("charge"));
+  req.set_fail_first(1);
+  req.set_apply_then_fail(true);
+  req.set_amount(100);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Call(Method::kCharge, &ctx, req, &reply).ok());
+  testing::OpRecord op = server_.Op(req.op_id());
+  EXPECT_EQ(op.attempts, 2);
+  EXPECT_EQ(op.keys[0], op.keys[1]);
+  EXPECT_EQ(op.side_effects, 1);
+  EXPECT_EQ(reply.applied(), 1);
+}
+
+TEST_P(RetryE2ETest, NonIdempotentCallIsNeverSentTwice) {
+  FaultRequest req;
+  req.set_op_id(Op("create-lost"));
+  req.set_fail_first(1);
+  req.set_apply_then_fail(true);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s = Call(Method::kCreate, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("gave up: not_idempotent"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  EXPECT_EQ(server_.Op(req.op_id()).side_effects, 1);
+}
+
+TEST_P(RetryE2ETest, EndlessFailureReturnsByTheDeadline) {
+  UseConfig(R"json({"methodConfig": [{"name": [{}],
+      "retryPolicy": {"maxAttempts": 10, "initialBackoff": "0.02s",
+                      "maxBackoff": "0.08s", "backoffMultiplier": 2,
+                      "retryableStatusCodes": ["UNAVAILABLE"]},
+      "rpcguard": {"idempotency": "IDEMPOTENT"}}]})json");
+  for (int delay_ms : {0, 30}) {
+    FaultRequest req;
+    req.set_op_id(Op("endless"));
+    req.set_fail_first(1000000);
+    req.set_delay_ms(delay_ms);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(300);
+    ctx.set_deadline(deadline);
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    const auto late = std::chrono::system_clock::now() - deadline;
+    EXPECT_LE(late, std::chrono::milliseconds(20));
+    EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+        << s.error_code();
+    EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
+        << s.error_message();
+    EXPECT_GE(server_.Op(req.op_id()).attempts, 2);
+  }
+}
+
+TEST_P(RetryE2ETest, PerAttemptTimeoutIsRetried) {
+  UseConfig(R"json({"methodConfig": [{"name": [{}],
+      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.005s",
+                      "maxBackoff": "0.01s", "backoffMultiplier": 2,
+                      "retryableStatusCodes": ["UNAVAILABLE"]},
+      "rpcguard": {"idempotency": "IDEMPOTENT",
+                   "perAttemptTimeout": "0.1s"}}]})json");
+  FaultRequest req;
+  req.set_op_id(Op("slow-first"));
+  req.set_fail_first(1);
+  req.set_fail_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  req.set_fail_delay_ms(1000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Time start = absl::Now();
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(reply.attempts_seen(), 2);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(900));
+}
+
+TEST_P(RetryE2ETest, CallersDeadlineIsNeverRetried) {
+  FaultRequest req;
+  req.set_op_id(Op("slow"));
+  req.set_delay_ms(500);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(100));
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, PushbackStopEndsRetries) {
+  FaultRequest req;
+  req.set_op_id(Op("pushback"));
+  req.set_fail_first(1);
+  req.set_pushback_ms("-1");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("pushback_stop"), std::string::npos);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, CancelDuringBackoffEndsPromptly) {
+  UseConfig(R"json({"methodConfig": [{"name": [{}],
+      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s",
+                      "maxBackoff": "1s", "backoffMultiplier": 2,
+                      "retryableStatusCodes": ["UNAVAILABLE"]},
+      "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
+  FaultRequest req;
+  req.set_op_id(Op("cancel-backoff"));
+  req.set_fail_first(1);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  auto call = Start(Method::kGet, &ctx, req, &reply);
+  ASSERT_TRUE(WaitForAttempts(req.op_id(), 1));
+  absl::SleepFor(absl::Milliseconds(100));  // now in the 0.8-1.2 s backoff
+  const absl::Time cancelled_at = absl::Now();
+  ctx.TryCancel();
+  grpc::Status s = call->Wait();
+  EXPECT_LE(absl::Now() - cancelled_at, absl::Milliseconds(50));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  absl::SleepFor(absl::Milliseconds(1300));  // past where the retry would be
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, CancelDuringAttemptEndsPromptly) {
+  FaultRequest req;
+  req.set_op_id(Op("cancel-attempt"));
+  req.set_delay_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  auto call = Start(Method::kGet, &ctx, req, &reply);
+  ASSERT_TRUE(WaitForAttempts(req.op_id(), 1));
+  const absl::Time cancelled_at = absl::Now();
+  ctx.TryCancel();
+  grpc::Status s = call->Wait();
+  EXPECT_LE(absl::Now() - cancelled_at, absl::Milliseconds(50));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, CancelBeforeStartSendsNothing) {
+  FaultRequest req;
+  req.set_op_id(Op("cancel-first"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.TryCancel();
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
+}
+
+TEST_P(RetryE2ETest, ExpiredDeadlineSendsNothing) {
+  FaultRequest req;
+  req.set_op_id(Op("expired"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() -
+                   std::chrono::milliseconds(1));
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
+}
+
+TEST_P(RetryE2ETest, OversizedIdempotencyKeyIsRejected) {
+  FaultRequest req;
+  req.set_op_id(Op("huge-key"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("idempotency-key", std::string(300, 'k'));
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("idempotency-key"), std::string::npos);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStubs, RetryE2ETest,
+                         ::testing::Values(StubKind::kSync, StubKind::kAsync,
+                                           StubKind::kCallback),
+                         [](const ::testing::TestParamInfo<StubKind>& info) {
+                           return KindName(info.param);
+                         });
+
+class RetryE2EOtherTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<grpc::Channel> MakeChannel() {
+    Options options;
+    options.config = *Config::FromJson(kDefaultConfig);
+    return *CreateChannel(server_.address(), grpc::InsecureChannelCredentials(),
+                          options);
+  }
+  FaultServer server_;
+};
+
+TEST_F(RetryE2EOtherTest, StreamingPassesThrough) {
+  auto stub = FaultService::NewStub(MakeChannel());
+  grpc::ClientContext ctx;
+  FaultRequest req;
+  req.set_op_id("watch");
+  auto reader = stub->Watch(&ctx, req);
+  FaultReply reply;
+  std::vector<int> seen;
+  while (reader->Read(&reply)) seen.push_back(reply.attempts_seen());
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+}
+
+TEST_F(RetryE2EOtherTest, GenericByteBufferCallersPassThrough) {
+  grpc::GenericStub stub(MakeChannel());
+  for (const char* method : {"/rpcguard.testing.v1.FaultService/Get",
+                             "/rpcguard.testing.v1.FaultService/Create"}) {
+    FaultRequest req;
+    req.set_op_id(absl::StrCat("generic-", method));
+    req.set_fail_first(1);
+    std::string bytes = req.SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::ClientContext ctx;
+    // Get is declared retriable, so a ByteBuffer caller must opt out; an
+    // undeclared method passes through by itself.
+    if (absl::string_view(method).find("/Get") != absl::string_view::npos) {
+      MarkPassThrough(&ctx);
+    }
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                   [&](grpc::Status s) {
+                     status = std::move(s);
+                     done.Notify();
+                   });
+    done.WaitForNotification();
+    // Passed through: tried once, the failure reaches the caller unchanged.
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << method;
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1) << method;
+  }
+}
+
+TEST_F(RetryE2EOtherTest, ServiceConfigRetryPolicyIsRefused) {
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(R"({"methodConfig":[{"name":[{}],
+      "retryPolicy":{"maxAttempts":2,"initialBackoff":"0.1s",
+      "maxBackoff":"1s","backoffMultiplier":2,
+      "retryableStatusCodes":["UNAVAILABLE"]}}]})");
+  auto channel = CreateChannel(server_.address(),
+                               grpc::InsecureChannelCredentials(), Options{},
+                               args);
+  EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// 1,000 concurrent callback calls with random faults: every one completes
+// with the result its faults imply. Run under --config=asan in CI.
+TEST_F(RetryE2EOtherTest, ThousandConcurrentCallbackCallsWithRandomFaults) {
+  auto stub = FaultService::NewStub(MakeChannel());
+  constexpr int kCalls = 1000;
+  struct One {
+    grpc::ClientContext ctx;
+    FaultRequest req;
+    FaultReply reply;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<One>> calls;
+  absl::BitGen gen;
+  std::atomic<int> remaining{kCalls};
+  absl::Notification all_done;
+  for (int i = 0; i < kCalls; ++i) {
+    auto one = std::make_unique<One>();
+    one->req.set_op_id(absl::StrCat("stress-", i));
+    one->req.set_fail_first(absl::Uniform(gen, 0, 6));  // 4 attempts allowed
+    one->req.set_payload(absl::StrCat("payload-", i));
+    one->ctx.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(30));
+    calls.push_back(std::move(one));
+  }
+  for (auto& one : calls) {
+    One* p = one.get();
+    stub->async()->Get(&p->ctx, &p->req, &p->reply, [&, p](grpc::Status s) {
+      p->status = std::move(s);
+      if (remaining.fetch_sub(1) == 1) all_done.Notify();
+    });
+  }
+  ASSERT_TRUE(all_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  int ok = 0;
+  for (auto& one : calls) {
+    const int fail_first = one->req.fail_first();
+    const int attempts = server_.Op(one->req.op_id()).attempts;
+    if (fail_first < 4) {
+      ASSERT_TRUE(one->status.ok()) << one->status.error_message();
+      EXPECT_EQ(one->reply.op_id(), one->req.op_id());
+      EXPECT_EQ(one->reply.payload(), one->req.payload());
+      EXPECT_EQ(attempts, fail_first + 1);
+      ++ok;
+    } else {
+      EXPECT_EQ(one->status.error_code(), grpc::StatusCode::UNAVAILABLE);
+      EXPECT_EQ(attempts, 4);
+    }
+  }
+  EXPECT_GT(ok, 0);
+}
+
+}  // namespace
+}  // namespace rpcguard

@@ -1,0 +1,199 @@
+// Copyright rpcguard authors.
+
+#include "tests/testing/fault_server.h"
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+
+namespace rpcguard {
+namespace testing {
+
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+
+namespace {
+
+std::string Header(grpc::CallbackServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  if (it == md.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+class FaultServer::Impl final
+    : public rpcguard::testing::v1::FaultService::CallbackService {
+ public:
+  enum class Kind { kRead, kWrite, kKeyed, kCreate };
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const FaultRequest* req,
+                                FaultReply* reply) override {
+    return Handle(Kind::kRead, ctx, req, reply);
+  }
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx,
+                                const FaultRequest* req,
+                                FaultReply* reply) override {
+    return Handle(Kind::kWrite, ctx, req, reply);
+  }
+  grpc::ServerUnaryReactor* Charge(grpc::CallbackServerContext* ctx,
+                                   const FaultRequest* req,
+                                   FaultReply* reply) override {
+    return Handle(Kind::kKeyed, ctx, req, reply);
+  }
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
+                                   const FaultRequest* req,
+                                   FaultReply* reply) override {
+    return Handle(Kind::kCreate, ctx, req, reply);
+  }
+
+  grpc::ServerWriteReactor<FaultReply>* Watch(
+      grpc::CallbackServerContext* ctx, const FaultRequest* req) override {
+    // Writes three replies one after another, then finishes.
+    class Writer final : public grpc::ServerWriteReactor<FaultReply> {
+     public:
+      explicit Writer(const FaultRequest& req) {
+        reply_.set_op_id(req.op_id());
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "write failed"));
+          return;
+        }
+        Next();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void Next() {
+        if (sent_ == 3) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        reply_.set_attempts_seen(++sent_);
+        StartWrite(&reply_);
+      }
+      FaultReply reply_;
+      int sent_ = 0;
+    };
+    return new Writer(*req);
+  }
+
+  OpRecord Op(const std::string& op_id) const {
+    absl::MutexLock lock(&mu_);
+    auto it = ops_.find(op_id);
+    return it == ops_.end() ? OpRecord{} : it->second;
+  }
+
+  int64_t total_attempts() const {
+    absl::MutexLock lock(&mu_);
+    return total_attempts_;
+  }
+
+ private:
+  grpc::ServerUnaryReactor* Handle(Kind kind, grpc::CallbackServerContext* ctx,
+                                   const FaultRequest* req, FaultReply* reply) {
+    const std::string key = Header(ctx, "idempotency-key");
+    const std::string attempt_header = Header(ctx, "rpcguard-attempt");
+    int attempt;
+    bool fail;
+    {
+      absl::MutexLock lock(&mu_);
+      ++total_attempts_;
+      OpRecord& op = ops_[req->op_id()];
+      attempt = ++op.attempts;
+      op.keys.push_back(key);
+      op.attempt_headers.push_back(attempt_header);
+      op.arrivals.push_back(absl::Now());
+      fail = attempt <= req->fail_first() ||
+             (req->fail_percent() > 0 &&
+              absl::Uniform(gen_, 0, 100) < req->fail_percent());
+      const bool apply = !fail || req->apply_then_fail();
+      if (apply && kind == Kind::kCreate) ++op.side_effects;
+      if (apply && kind == Kind::kKeyed) {
+        // Deduplicate by key: a repeat of an applied key changes nothing.
+        if (applied_keys_.insert(key).second) ++op.side_effects;
+      }
+      reply->set_applied(op.side_effects);
+    }
+    reply->set_op_id(req->op_id());
+    reply->set_attempts_seen(attempt);
+    reply->set_idempotency_key(key);
+    reply->set_attempt_header(attempt_header);
+    reply->set_payload(req->payload());
+
+    grpc::Status status = grpc::Status::OK;
+    if (fail) {
+      const int code = req->fail_code() != 0
+                           ? req->fail_code()
+                           : static_cast<int>(grpc::StatusCode::UNAVAILABLE);
+      status = grpc::Status(static_cast<grpc::StatusCode>(code),
+                            absl::StrCat("injected failure on attempt ",
+                                         attempt));
+      if (!req->pushback_ms().empty()) {
+        ctx->AddTrailingMetadata("grpc-retry-pushback-ms", req->pushback_ms());
+      }
+    }
+    int delay_ms = req->delay_ms();
+    if (attempt <= req->fail_first()) delay_ms += req->fail_delay_ms();
+
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (delay_ms <= 0) {
+      reactor->Finish(status);
+      return reactor;
+    }
+    // Delay without holding a server thread: answer from an alarm. The alarm
+    // deletes itself after firing (its impl stays alive for the callback).
+    auto* alarm = new grpc::Alarm();
+    alarm->Set(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(delay_ms),
+               [reactor, status, alarm](bool) {
+                 reactor->Finish(status);
+                 delete alarm;
+               });
+    return reactor;
+  }
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, OpRecord> ops_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> applied_keys_ ABSL_GUARDED_BY(mu_);
+  int64_t total_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
+};
+
+FaultServer::FaultServer() : impl_(std::make_unique<Impl>()) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(impl_.get());
+  server_ = builder.BuildAndStart();
+  address_ = absl::StrCat("127.0.0.1:", port);
+}
+
+FaultServer::~FaultServer() { Shutdown(); }
+
+void FaultServer::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+    server_->Wait();
+    server_.reset();
+  }
+}
+
+OpRecord FaultServer::Op(const std::string& op_id) const {
+  return impl_->Op(op_id);
+}
+
+int64_t FaultServer::total_attempts() const { return impl_->total_attempts(); }
+
+}  // namespace testing
+}  // namespace rpcguard

@@ -1,0 +1,64 @@
+// Copyright rpcguard authors.
+//
+// FaultServer: a real gRPC server on 127.0.0.1 running the fault-injecting
+// rpcguard.testing.v1.FaultService (proto/rpcguard/testing/v1/fault.proto).
+// Used by the end-to-end tests, the demo and the benchmarks. It records what
+// every attempt carried, so tests assert on what the server really saw.
+
+#ifndef RPCGUARD_TESTS_TESTING_FAULT_SERVER_H_
+#define RPCGUARD_TESTS_TESTING_FAULT_SERVER_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/server.h>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace rpcguard {
+namespace testing {
+
+// What the server saw of one operation (one op_id).
+struct OpRecord {
+  int attempts = 0;
+  std::vector<std::string> keys;             // idempotency-key per attempt
+  std::vector<std::string> attempt_headers;  // rpcguard-attempt per attempt
+  std::vector<absl::Time> arrivals;          // when each attempt arrived
+  int side_effects = 0;  // Create/Charge side effects actually applied
+};
+
+class FaultServer {
+ public:
+  // Starts the server on 127.0.0.1 with an ephemeral port.
+  FaultServer();
+  ~FaultServer();
+
+  // "127.0.0.1:<port>".
+  const std::string& address() const { return address_; }
+
+  // A snapshot of what the server saw for `op_id` (empty if nothing).
+  OpRecord Op(const std::string& op_id) const;
+
+  // Attempts received in all, by every method.
+  int64_t total_attempts() const;
+
+  // Stops accepting calls and waits for those in flight.
+  void Shutdown();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace testing
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_TESTS_TESTING_FAULT_SERVER_H_
