@@ -315,10 +315,14 @@ class CallState : public std::enable_shared_from_this<CallState> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     done_ = true;
     const int attempts = controller_.attempts();
+    // A success carries no message; its attempts are in the trailer.
     final_status_ =
-        grpc::Status(status.error_code(),
-                     AnnotateMessage(status.error_message(), attempts, reason),
-                     status.error_details());
+        status.ok()
+            ? status
+            : grpc::Status(
+                  status.error_code(),
+                  AnnotateMessage(status.error_message(), attempts, reason),
+                  status.error_details());
     attempts_text_ = absl::StrCat(attempts);
     if (last != nullptr) {
       response_ = last->response;

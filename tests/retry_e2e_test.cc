@@ -371,7 +371,9 @@ TEST_P(RetryE2ETest, EndlessFailureReturnsByTheDeadline) {
       "retryPolicy": {"maxAttempts": 10, "initialBackoff": "0.02s",
                       "maxBackoff": "0.08s", "backoffMultiplier": 2,
                       "retryableStatusCodes": ["UNAVAILABLE"]},
-      "rpcguard": {"idempotency": "IDEMPOTENT"}}]})json");
+      "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
+  // With A6 jitter the 9 backoffs add up to at least 496 ms: the deadline,
+  // not maxAttempts, must end the call.
   for (int delay_ms : {0, 30}) {
     FaultRequest req;
     req.set_op_id(Op("endless"));
