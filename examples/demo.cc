@@ -41,7 +41,8 @@ struct Flags {
   int show = 5;
 };
 
-constexpr char kUsage[] = R"(rpcguard demo: the same load through a plain channel and through rpcguard.
+constexpr char kUsage[] =
+    R"(rpcguard demo: the same load through a plain channel and through rpcguard.
 
 A local server fails each attempt with UNAVAILABLE at the given rate. Get is
 declared NO_SIDE_EFFECTS (retried); Create is not declared (never repeated).
@@ -66,7 +67,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
     int value;
-    if (eq == std::string::npos || !absl::SimpleAtoi(arg.substr(eq + 1), &value)) {
+    if (eq == std::string::npos ||
+        !absl::SimpleAtoi(arg.substr(eq + 1), &value)) {
       std::fprintf(stderr, "demo: bad argument %s (want --name=number)\n%s",
                    arg.c_str(), kUsage);
       return false;
@@ -130,7 +132,8 @@ std::string ReasonOf(const grpc::Status& status, const std::string& fallback) {
 std::string Attempts(const grpc::ClientContext& ctx) {
   const auto& md = ctx.GetServerTrailingMetadata();
   auto it = md.find("rpcguard-attempts");
-  return it == md.end() ? "1" : std::string(it->second.data(), it->second.size());
+  return it == md.end() ? "1"
+                        : std::string(it->second.data(), it->second.size());
 }
 
 Result RunLoad(const std::string& label, std::shared_ptr<grpc::Channel> channel,
@@ -161,11 +164,11 @@ Result RunLoad(const std::string& label, std::shared_ptr<grpc::Channel> channel,
         const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
         const std::string attempts = Attempts(ctx);
         if (narrate && (attempts != "1" || !s.ok()) && shown++ < flags.show) {
-          std::printf("  %-12s %-6s %s attempts -> %s in %.1f ms%s%s\n",
-                      req.op_id().c_str(), create ? "Create" : "Get",
-                      attempts.c_str(),
-                      std::string(rpcguard::StatusCodeName(s.error_code())).c_str(),
-                      ms, s.ok() ? "" : ": ", s.error_message().c_str());
+          std::printf(
+              "  %-12s %-6s %s attempts -> %s in %.1f ms%s%s\n",
+              req.op_id().c_str(), create ? "Create" : "Get", attempts.c_str(),
+              std::string(rpcguard::StatusCodeName(s.error_code())).c_str(), ms,
+              s.ok() ? "" : ": ", s.error_message().c_str());
         }
         absl::MutexLock lock(&mu);
         ++result.calls;
@@ -231,26 +234,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "demo: %s\n", guarded.status().ToString().c_str());
     return 1;
   }
-  std::printf("Retry decisions as they happen (first %d calls that retried or failed):\n",
-              flags.show);
+  std::printf(
+      "Retry decisions as they happen (first %d calls that retried or "
+      "failed):\n",
+      flags.show);
   const Result guarded_result =
       RunLoad("rpcguard", *guarded, flags, server, true);
 
   std::printf("\n| %-9s | %6s | %9s | %8s | %7s | %-40s | %8s | %8s |\n",
               "client", "calls", "succeeded", "attempts", "retries",
               "gave up (by reason)", "p50 ms", "p99 ms");
-  std::printf("|-----------|--------|-----------|----------|---------|-------"
-              "-----------------------------------|----------|----------|\n");
+  std::printf(
+      "|-----------|--------|-----------|----------|---------|-------"
+      "-----------------------------------|----------|----------|\n");
   for (const auto& [name, r] :
        {std::pair<const char*, const Result*>{"plain", &plain_result},
         {"rpcguard", &guarded_result}}) {
-    std::printf("| %-9s | %6lld | %9lld | %8lld | %7lld | %-40s | %8.2f | %8.2f |\n",
-                name, static_cast<long long>(r->calls),
-                static_cast<long long>(r->succeeded),
-                static_cast<long long>(r->attempts),
-                static_cast<long long>(r->attempts - r->calls),
-                GaveUp(*r).c_str(), Percentile(r->latencies_ms, 0.5),
-                Percentile(r->latencies_ms, 0.99));
+    std::printf(
+        "| %-9s | %6lld | %9lld | %8lld | %7lld | %-40s | %8.2f | %8.2f |\n",
+        name, static_cast<long long>(r->calls),
+        static_cast<long long>(r->succeeded),
+        static_cast<long long>(r->attempts),
+        static_cast<long long>(r->attempts - r->calls), GaveUp(*r).c_str(),
+        Percentile(r->latencies_ms, 0.5), Percentile(r->latencies_ms, 0.99));
   }
   std::printf(
       "\nplain: every failed attempt is a failed call. rpcguard: Get is "

@@ -40,8 +40,8 @@ absl::Duration Backoff::Next(absl::BitGenRef gen) {
     case Jitter::kDecorrelated: {
       const double prev_s = absl::ToDoubleSeconds(previous_);
       const double hi = std::max(initial_s, 3 * prev_s);
-      double d = absl::Uniform<double>(absl::IntervalClosedClosed, gen,
-                                       initial_s, hi);
+      double d =
+          absl::Uniform<double>(absl::IntervalClosedClosed, gen, initial_s, hi);
       d = std::min(max_s, d);
       previous_ = absl::Seconds(d);
       return previous_;
@@ -50,9 +50,9 @@ absl::Duration Backoff::Next(absl::BitGenRef gen) {
     case Jitter::kA6: {
       // pow in doubles: the exponent is small (attempts are capped) and the
       // result is clamped, so overflow to inf is harmless.
-      double ceiling =
-          std::min(max_s, initial_s * std::pow(params_.multiplier,
-                                               static_cast<double>(retries_ - 1)));
+      double ceiling = std::min(
+          max_s, initial_s * std::pow(params_.multiplier,
+                                      static_cast<double>(retries_ - 1)));
       if (!(ceiling >= 0)) ceiling = max_s;  // NaN guard
       const double factor =
           params_.jitter == Jitter::kFull

@@ -70,8 +70,8 @@ absl::Time RetryController::StartAttempt() {
   ++attempts_;
   attempt_deadline_ = deadline_;
   if (policy_.per_attempt_timeout != absl::InfiniteDuration()) {
-    attempt_deadline_ =
-        std::min(attempt_deadline_, clock_->Now() + policy_.per_attempt_timeout);
+    attempt_deadline_ = std::min(attempt_deadline_,
+                                 clock_->Now() + policy_.per_attempt_timeout);
   }
   return attempt_deadline_;
 }
@@ -144,10 +144,9 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
 
 std::string AnnotateMessage(absl::string_view message, int attempts,
                             GiveUpReason reason) {
-  const bool retry_decision = reason != GiveUpReason::kNone &&
-                              reason != GiveUpReason::kFatal &&
-                              reason != GiveUpReason::kAuth &&
-                              reason != GiveUpReason::kCancelled;
+  const bool retry_decision =
+      reason != GiveUpReason::kNone && reason != GiveUpReason::kFatal &&
+      reason != GiveUpReason::kAuth && reason != GiveUpReason::kCancelled;
   if (attempts <= 1 && !retry_decision) return std::string(message);
   std::string out(message);
   absl::StrAppend(&out, out.empty() ? "" : " ", "[rpcguard: ", attempts,

@@ -45,16 +45,16 @@
 
 #include "interceptors/retry_interceptor.h"
 
-#include <algorithm>
-#include <chrono>
-#include <utility>
-#include <vector>
-
 #include <grpcpp/alarm.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -80,8 +80,7 @@ struct Shared {
 
 // Converts between the injected clock's time and the real clock that gRPC
 // timers use, by the remaining duration.
-std::chrono::system_clock::time_point ToSystemTime(absl::Time t,
-                                                   Clock* clock) {
+std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
   const absl::Duration left = t - clock->Now();
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -220,8 +219,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     grpc::GenericStub stub(setup_.channel);
     std::shared_ptr<CallState> self = shared_from_this();
     stub.UnaryCall(&ctx, setup_.method, grpc::StubOptions(), &setup_.request,
-                   &attempt->response,
-                   [self, attempt](grpc::Status status) {
+                   &attempt->response, [self, attempt](grpc::Status status) {
                      self->OnAttemptDone(attempt, std::move(status));
                    });
 
@@ -242,8 +240,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     const auto& trailers = attempt->context.GetServerTrailingMetadata();
     auto it = trailers.find(kPushbackTrailer);
     if (it != trailers.end() && !status.ok()) {
-      pushback = ParsePushback(absl::string_view(it->second.data(),
-                                                 it->second.size()));
+      pushback = ParsePushback(
+          absl::string_view(it->second.data(), it->second.size()));
     }
 
     std::vector<InterceptorBatchMethods*> ready;
@@ -254,8 +252,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
       attempt_.reset();
       if (done_) return;
       RandomBitGen gen(shared_->random);
-      const Decision d = controller_.OnAttemptEnd(status.error_code(),
-                                                  pushback, cancelled_, gen);
+      const Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
+                                                  cancelled_, gen);
       if (d.action == Decision::Action::kRetry) {
         retry = true;
         backoff_until = shared_->clock->Now() + d.delay;
@@ -310,29 +308,31 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // Records the final outcome; returns the parked batches to serve.
-  std::vector<InterceptorBatchMethods*> FinishLocked(
-      const grpc::Status& status, GiveUpReason reason, Attempt* last)
+  std::vector<InterceptorBatchMethods*> FinishLocked(const grpc::Status& status,
+                                                     GiveUpReason reason,
+                                                     Attempt* last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     done_ = true;
     const int attempts = controller_.attempts();
     // A success carries no message; its attempts are in the trailer.
-    final_status_ =
-        status.ok()
-            ? status
-            : grpc::Status(
-                  status.error_code(),
-                  AnnotateMessage(status.error_message(), attempts, reason),
-                  status.error_details());
+    final_status_ = status.ok()
+                        ? status
+                        : grpc::Status(status.error_code(),
+                                       AnnotateMessage(status.error_message(),
+                                                       attempts, reason),
+                                       status.error_details());
     attempts_text_ = absl::StrCat(attempts);
     if (last != nullptr) {
       response_ = last->response;
       for (const auto& kv : last->context.GetServerInitialMetadata()) {
-        initial_metadata_.emplace_back(std::string(kv.first.data(), kv.first.size()),
-                                       std::string(kv.second.data(), kv.second.size()));
+        initial_metadata_.emplace_back(
+            std::string(kv.first.data(), kv.first.size()),
+            std::string(kv.second.data(), kv.second.size()));
       }
       for (const auto& kv : last->context.GetServerTrailingMetadata()) {
-        trailing_metadata_.emplace_back(std::string(kv.first.data(), kv.first.size()),
-                                        std::string(kv.second.data(), kv.second.size()));
+        trailing_metadata_.emplace_back(
+            std::string(kv.first.data(), kv.first.size()),
+            std::string(kv.second.data(), kv.second.size()));
       }
     }
     std::vector<InterceptorBatchMethods*> ready;
@@ -344,11 +344,11 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // status go first: the status completes the call for the application.
   void Serve(std::vector<InterceptorBatchMethods*> batches)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    std::stable_partition(
-        batches.begin(), batches.end(), [](InterceptorBatchMethods* b) {
-          return !b->QueryInterceptionHookPoint(
-              InterceptionHookPoints::PRE_RECV_STATUS);
-        });
+    std::stable_partition(batches.begin(), batches.end(),
+                          [](InterceptorBatchMethods* b) {
+                            return !b->QueryInterceptionHookPoint(
+                                InterceptionHookPoints::PRE_RECV_STATUS);
+                          });
     for (InterceptorBatchMethods* b : batches) Fill(b);
     for (InterceptorBatchMethods* b : batches) b->Proceed();
   }
@@ -371,9 +371,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
         // ByteBuffer callers must opt out (MarkPassThrough).
         grpc::ByteBuffer copy(response_);
         grpc::Status parsed =
-            grpc::SerializationTraits<grpc::protobuf::MessageLite>::
-                Deserialize(&copy, static_cast<grpc::protobuf::MessageLite*>(
-                                       b->GetRecvMessage()));
+            grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
+                &copy,
+                static_cast<grpc::protobuf::MessageLite*>(b->GetRecvMessage()));
         if (parsed.ok()) {
           filled = true;
         } else {
@@ -442,13 +442,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       OnFirstBatch(batch);
       return;  // OnFirstBatch may hijack: `this` may be gone.
     }
-    if (hijacked_ &&
-        (batch->QueryInterceptionHookPoint(
-             InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
-         batch->QueryInterceptionHookPoint(
-             InterceptionHookPoints::PRE_RECV_MESSAGE) ||
-         batch->QueryInterceptionHookPoint(
-             InterceptionHookPoints::PRE_RECV_STATUS))) {
+    if (hijacked_ && (batch->QueryInterceptionHookPoint(
+                          InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
+                      batch->QueryInterceptionHookPoint(
+                          InterceptionHookPoints::PRE_RECV_MESSAGE) ||
+                      batch->QueryInterceptionHookPoint(
+                          InterceptionHookPoints::PRE_RECV_STATUS))) {
       call_for_batches_->Park(batch);
       return;
     }
@@ -483,11 +482,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     if (fast_path_policy_->MakeClassifier().Classify(outcome) ==
         StatusClass::kRetriable) {
       // Say why a transient failure was not retried.
-      *status = grpc::Status(
-          status->error_code(),
-          AnnotateMessage(status->error_message(), 1,
-                          GiveUpReason::kNotIdempotent),
-          status->error_details());
+      *status = grpc::Status(status->error_code(),
+                             AnnotateMessage(status->error_message(), 1,
+                                             GiveUpReason::kNotIdempotent),
+                             status->error_details());
     }
   }
 
@@ -511,24 +509,23 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                "rpcguard: more than one idempotency-key "
                                "metadata value on the call");
       } else if (key.empty() || key.size() > kMaxIdempotencyKeyLength) {
-        bad_key = grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("rpcguard: idempotency-key must be 1 to ",
-                         kMaxIdempotencyKeyLength, " characters, got ",
-                         key.size()));
+        bad_key =
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("rpcguard: idempotency-key must be 1 to ",
+                                      kMaxIdempotencyKeyLength,
+                                      " characters, got ", key.size()));
       }
     }
     // A caller's own key says the server deduplicates this call.
-    const Idempotency idempotency = policy.idempotency == Idempotency::kUnknown &&
-                                            keys == 1 && bad_key.ok()
-                                        ? Idempotency::kKeyed
-                                        : policy.idempotency;
+    const Idempotency idempotency =
+        policy.idempotency == Idempotency::kUnknown && keys == 1 && bad_key.ok()
+            ? Idempotency::kKeyed
+            : policy.idempotency;
     const bool may_repeat =
         MayRepeat(idempotency) && policy.retry.max_attempts > 1;
-    const bool needs_hijack =
-        !bad_key.ok() || may_repeat ||
-        policy.timeout != absl::InfiniteDuration() ||
-        policy.wait_for_ready.has_value();
+    const bool needs_hijack = !bad_key.ok() || may_repeat ||
+                              policy.timeout != absl::InfiniteDuration() ||
+                              policy.wait_for_ready.has_value();
 
     if (!needs_hijack) {
       // Tried once, exactly as without rpcguard, plus the metadata.

@@ -27,14 +27,14 @@
 #ifndef RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
 #define RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
 
-#include <memory>
-#include <string>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/client_interceptor.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "interceptors/clock.h"
@@ -76,8 +76,9 @@ std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options);
 
 // Creates a channel to `target` with rpcguard's interceptor registered.
-// Errors: InvalidArgument when `args` carries a service config that also enables gRPC's built-in retries (two retry layers
-// multiply attempts; choose one).
+// Errors: InvalidArgument when `args` carries a service config that also
+// enables gRPC's built-in retries (two retry layers multiply attempts; choose
+// one).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& target,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,

@@ -13,12 +13,13 @@
 #ifndef RPCGUARD_INTERCEPTORS_STATUS_CLASS_H_
 #define RPCGUARD_INTERCEPTORS_STATUS_CLASS_H_
 
+#include <grpcpp/support/status_code_enum.h>
+
 #include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include <grpcpp/support/status_code_enum.h>
 
 namespace rpcguard {
 

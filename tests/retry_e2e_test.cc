@@ -209,8 +209,7 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
       case StubKind::kAsync:
         return std::make_unique<AsyncCall>(stub_.get(), m, ctx, req, reply);
       case StubKind::kCallback:
-        return std::make_unique<CallbackCall>(stub_.get(), m, ctx, req,
-                                              reply);
+        return std::make_unique<CallbackCall>(stub_.get(), m, ctx, req, reply);
     }
     return nullptr;
   }
@@ -589,9 +588,8 @@ TEST_F(RetryE2EOtherTest, ServiceConfigRetryPolicyIsRefused) {
       "retryPolicy":{"maxAttempts":2,"initialBackoff":"0.1s",
       "maxBackoff":"1s","backoffMultiplier":2,
       "retryableStatusCodes":["UNAVAILABLE"]}}]})");
-  auto channel = CreateChannel(server_.address(),
-                               grpc::InsecureChannelCredentials(), Options{},
-                               args);
+  auto channel = CreateChannel(
+      server_.address(), grpc::InsecureChannelCredentials(), Options{}, args);
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

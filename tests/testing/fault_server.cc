@@ -134,9 +134,9 @@ class FaultServer::Impl final
       const int code = req->fail_code() != 0
                            ? req->fail_code()
                            : static_cast<int>(grpc::StatusCode::UNAVAILABLE);
-      status = grpc::Status(static_cast<grpc::StatusCode>(code),
-                            absl::StrCat("injected failure on attempt ",
-                                         attempt));
+      status =
+          grpc::Status(static_cast<grpc::StatusCode>(code),
+                       absl::StrCat("injected failure on attempt ", attempt));
       if (!req->pushback_ms().empty()) {
         ctx->AddTrailingMetadata("grpc-retry-pushback-ms", req->pushback_ms());
       }
@@ -152,12 +152,12 @@ class FaultServer::Impl final
     // Delay without holding a server thread: answer from an alarm. The alarm
     // deletes itself after firing (its impl stays alive for the callback).
     auto* alarm = new grpc::Alarm();
-    alarm->Set(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(delay_ms),
-               [reactor, status, alarm](bool) {
-                 reactor->Finish(status);
-                 delete alarm;
-               });
+    alarm->Set(
+        std::chrono::system_clock::now() + std::chrono::milliseconds(delay_ms),
+        [reactor, status, alarm](bool) {
+          reactor->Finish(status);
+          delete alarm;
+        });
     return reactor;
   }
 

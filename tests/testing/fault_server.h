@@ -8,14 +8,14 @@
 #ifndef RPCGUARD_TESTS_TESTING_FAULT_SERVER_H_
 #define RPCGUARD_TESTS_TESTING_FAULT_SERVER_H_
 
+#include <grpcpp/server.h>
+
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <grpcpp/server.h>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
