@@ -5,10 +5,14 @@ cannot be fetched offline)."""
 def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
     """Generates C++ (and gRPC) code for `srcs` and wraps it in a cc_library.
 
+    Packages live under proto/, which is the import root: a .proto imports
+    "rpcguard/v1/options.proto", and C++ includes either
+    "rpcguard/v1/options.pb.h" or "proto/rpcguard/v1/options.pb.h".
+
     Args:
       name: the cc_library's name.
-      srcs: .proto files in this package; imports resolve from the repo root
-        and /usr/include (for google/protobuf/*.proto).
+      srcs: .proto files in this package; imports resolve from proto/ and
+        /usr/include (for google/protobuf/*.proto).
       deps: other cc_grpc_proto targets whose protos these import.
       grpc: also run grpc_cpp_plugin (set False for message-only protos).
       **kwargs: passed on to the cc_library (visibility, testonly, ...).
@@ -20,7 +24,10 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         if grpc:
             outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
     pkg = native.package_name()
-    out_root = "$(GENDIR)"
+    if not pkg.startswith("proto/"):
+        fail("cc_grpc_proto belongs in a package under proto/")
+    rel = pkg[len("proto/"):]
+    out_root = "$(GENDIR)/proto"
     plugin = ""
     if grpc:
         plugin = ("--plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) " +
@@ -29,8 +36,8 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
         outs = outs,
-        cmd = ("protoc -I. -I/usr/include --cpp_out=" + out_root + " " +
-               plugin + " ".join([pkg + "/" + s for s in srcs])),
+        cmd = ("protoc -Iproto -I/usr/include --cpp_out=" + out_root + " " +
+               plugin + " ".join(["proto/" + rel + "/" + s for s in srcs])),
         message = "protoc " + name,
     )
     native.filegroup(
@@ -42,6 +49,6 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
-        deps = deps + ["@system//:grpc"],
+        deps = deps + ["//proto:include_root", "@system//:grpc"],
         **kwargs
     )

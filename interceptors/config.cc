@@ -15,9 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "interceptors/proto_options.h"
 
 namespace rpcguard {
 namespace {
@@ -396,14 +398,15 @@ bool ParseProtoDuration(absl::string_view text, absl::Duration* out,
   return true;
 }
 
-using PolicyMap = absl::flat_hash_map<std::string, MethodPolicy>;
+using Entry = Config::Entry;
+using PolicyMap = absl::flat_hash_map<std::string, Entry>;
 
 // Reads a parsed service config into the tables of a Config. Stops at the
 // first error, which status() then returns.
 class ConfigReader {
  public:
   ConfigReader(PolicyMap* methods, PolicyMap* services,
-               std::optional<MethodPolicy>* default_policy)
+               std::optional<Entry>* default_policy)
       : methods_(methods),
         services_(services),
         default_policy_(default_policy) {}
@@ -442,7 +445,8 @@ class ConfigReader {
     std::string error;
     absl::Duration d;
     if (!ParseProtoDuration(v.string, &d, &error)) return Fail(path, error);
-    if (d <= absl::ZeroDuration()) return Fail(path, "must be greater than 0");
+    const std::string why = CheckPositiveDuration(d);
+    if (!why.empty()) return Fail(path, why);
     *out = d;
     return true;
   }
@@ -490,7 +494,9 @@ class ConfigReader {
 
   bool ReadMethodConfig(const Json& v, const std::string& path) {
     if (!CheckType(v, Json::Type::kObject, path)) return false;
-    MethodPolicy policy;
+    Entry entry;
+    MethodPolicy& policy = entry.policy;
+    uint32_t& fields = entry.fields;
     const Json* names = nullptr;
     bool has_recv_timeout = false;
     bool has_per_attempt_timeout = false;
@@ -501,14 +507,17 @@ class ConfigReader {
         // Read last, once the policy the names get is complete.
         names = &m.value;
       } else if (m.key == "timeout") {
+        fields |= kFieldTimeout;
         ok = ReadDuration(m.value, field, &policy.timeout);
       } else if (m.key == "waitForReady") {
+        fields |= kFieldWaitForReady;
         ok = CheckType(m.value, Json::Type::kBool, field);
         if (ok) policy.wait_for_ready = m.value.boolean;
       } else if (m.key == "retryPolicy") {
+        fields |= kFieldRetry;
         ok = ReadRetryPolicy(m.value, field, &policy, &has_recv_timeout);
       } else if (m.key == "rpcguard") {
-        ok = ReadRpcguard(m.value, field, &policy, &has_per_attempt_timeout);
+        ok = ReadRpcguard(m.value, field, &entry, &has_per_attempt_timeout);
       } else if (m.key == "maxRequestMessageBytes" ||
                  m.key == "maxResponseMessageBytes") {
         // gRPC's own; it validates them when given the same JSON.
@@ -525,11 +534,12 @@ class ConfigReader {
                   "conflicts with retryPolicy.perAttemptRecvTimeout; set only "
                   "one");
     }
-    return ReadNames(names, Child(path, "name"), policy);
+    if (has_recv_timeout) fields |= kFieldPerAttemptTimeout;
+    return ReadNames(names, Child(path, "name"), entry);
   }
 
   bool ReadNames(const Json* names, const std::string& path,
-                 const MethodPolicy& policy) {
+                 const Entry& policy) {
     // gRPC requires a name too; the default is written [{}].
     if (names == nullptr) return Fail(path, "must be a non-empty array");
     if (!CheckType(*names, Json::Type::kArray, path)) return false;
@@ -628,21 +638,18 @@ class ConfigReader {
   bool ReadMaxAttempts(const Json& v, const std::string& path, int* out) {
     double n;
     if (!ReadInteger(v, path, &n)) return false;
-    if (n < 2) return Fail(path, "must be at least 2");
-    if (n > kMaxAttemptsCap) {
-      return Fail(path, absl::StrCat("must be at most ", kMaxAttemptsCap));
-    }
+    // Clamped before the cast: a huge double does not fit an int64.
+    const std::string why = CheckMaxAttempts(
+        static_cast<int64_t>(std::min(std::max(n, -1.0), 1e9)));
+    if (!why.empty()) return Fail(path, why);
     *out = static_cast<int>(n);
     return true;
   }
 
   bool ReadMultiplier(const Json& v, const std::string& path, double* out) {
     if (!CheckType(v, Json::Type::kNumber, path)) return false;
-    if (v.number <= 0) return Fail(path, "must be greater than 0");
-    if (v.number > kMaxBackoffMultiplier) {
-      return Fail(path,
-                  absl::StrCat("must be at most ", kMaxBackoffMultiplier));
-    }
+    const std::string why = CheckMultiplier(v.number);
+    if (!why.empty()) return Fail(path, why);
     *out = v.number;
     return true;
   }
@@ -699,20 +706,25 @@ class ConfigReader {
     return true;
   }
 
-  bool ReadRpcguard(const Json& v, const std::string& path,
-                    MethodPolicy* policy, bool* has_per_attempt_timeout) {
+  bool ReadRpcguard(const Json& v, const std::string& path, Entry* entry,
+                    bool* has_per_attempt_timeout) {
     if (!CheckType(v, Json::Type::kObject, path)) return false;
+    MethodPolicy* policy = &entry->policy;
     for (const JsonMember& m : v.object) {
       const std::string field = Child(path, m.key);
       bool ok = true;
       if (m.key == "idempotency") {
+        entry->fields |= kFieldIdempotency;
         ok = ReadIdempotency(m.value, field, &policy->idempotency);
       } else if (m.key == "perAttemptTimeout") {
         *has_per_attempt_timeout = true;
+        entry->fields |= kFieldPerAttemptTimeout;
         ok = ReadDuration(m.value, field, &policy->per_attempt_timeout);
       } else if (m.key == "jitter") {
+        entry->fields |= kFieldJitter;
         ok = ReadJitter(m.value, field, &policy->retry.backoff.jitter);
       } else if (m.key == "minAttemptTime") {
+        entry->fields |= kFieldMinAttemptTime;
         ok = ReadDuration(m.value, field, &policy->min_attempt_time);
       } else {
         ok = Fail(field, "unknown field");
@@ -756,7 +768,7 @@ class ConfigReader {
 
   PolicyMap* methods_;
   PolicyMap* services_;
-  std::optional<MethodPolicy>* default_policy_;
+  std::optional<Entry>* default_policy_;
   absl::Status status_;
 };
 
@@ -775,37 +787,145 @@ absl::StatusOr<Config> Config::FromJson(absl::string_view json) {
   return config;
 }
 
-const MethodPolicy& Config::Lookup(absl::string_view full_method) const {
+ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
   const Tables& t = *tables_;
+  ResolvedPolicy r;
+  uint32_t have = 0;
+  auto take = [&](const MethodPolicy& from, uint32_t fields,
+                  PolicySource source) {
+    const uint32_t before = have;
+    MergePolicy(from, fields, &r.policy, &have);
+    for (int i = 0; i < kNumPolicyFields; ++i) {
+      if ((have & ~before) & (1u << i)) r.sources[i] = source;
+    }
+  };
+
+  absl::string_view service_name;
+  absl::string_view method_name;
   absl::string_view path = full_method;
   if (absl::ConsumePrefix(&path, "/")) {
     const size_t slash = path.find('/');
     if (slash != absl::string_view::npos && slash > 0 &&
         slash + 1 < path.size()) {
+      service_name = path.substr(0, slash);
+      method_name = path.substr(slash + 1);
       // `path` is now "pkg.Svc/Method", the methods table's key form.
       auto method = t.methods.find(path);
-      if (method != t.methods.end()) return method->second;
-      auto service = t.services.find(path.substr(0, slash));
-      if (service != t.services.end()) return service->second;
+      if (method != t.methods.end()) {
+        take(method->second.policy, method->second.fields,
+             PolicySource::kConfigMethod);
+      }
+      auto service = t.services.find(service_name);
+      if (service != t.services.end()) {
+        take(service->second.policy, service->second.fields,
+             PolicySource::kConfigService);
+      }
     }
   }
-  if (t.default_policy.has_value()) return *t.default_policy;
-  static const MethodPolicy* const kBuiltIn = new MethodPolicy();
-  return *kBuiltIn;
+  if (!service_name.empty() && have != kAllPolicyFields) {
+    absl::StatusOr<ProtoPolicies> proto =
+        ReadProtoPolicies(service_name, method_name);
+    if (!proto.ok()) {
+      r.error = proto.status();
+    } else {
+      take(proto->method.policy, proto->method.fields,
+           PolicySource::kProtoMethod);
+      take(proto->service.policy, proto->service.fields,
+           PolicySource::kProtoService);
+      take(proto->idempotency_level.policy, proto->idempotency_level.fields,
+           PolicySource::kIdempotencyLevel);
+    }
+  }
+  if (t.default_policy.has_value()) {
+    take(t.default_policy->policy, t.default_policy->fields,
+         PolicySource::kConfigDefault);
+  }
+  return r;
+}
+
+MethodPolicy Config::Lookup(absl::string_view full_method) const {
+  return Resolve(full_method).policy;
+}
+
+std::string Config::Explain(absl::string_view full_method) const {
+  const ResolvedPolicy r = Resolve(full_method);
+  const MethodPolicy& p = r.policy;
+  std::string out = absl::StrCat(full_method, "\n");
+  if (!r.error.ok()) {
+    absl::StrAppend(&out, "  error: ", r.error.message(),
+                    " (calls to this method fail until it is fixed)\n");
+  }
+  const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
+  absl::StrAppend(&out, "  => ",
+                  may_repeat ? absl::StrCat("retried, up to ",
+                                            p.retry.max_attempts, " attempts")
+                             : "tried once",
+                  "\n");
+  auto duration = [](absl::Duration d) {
+    return d == absl::InfiniteDuration() ? std::string("none")
+                                         : absl::FormatDuration(d);
+  };
+  std::string codes;
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<grpc::StatusCode>(c);
+    if (p.MakeClassifier().retriable().Contains(code)) {
+      absl::StrAppend(&codes, codes.empty() ? "" : ",", StatusCodeName(code));
+    }
+  }
+  const std::string values[kNumPolicyFields] = {
+      std::string(IdempotencyName(p.idempotency)),
+      absl::StrCat("maxAttempts=", p.retry.max_attempts,
+                   " initialBackoff=", duration(p.retry.backoff.initial),
+                   " maxBackoff=", duration(p.retry.backoff.max),
+                   " backoffMultiplier=", p.retry.backoff.multiplier,
+                   " retryableStatusCodes=", codes),
+      std::string(JitterName(p.retry.backoff.jitter)),
+      duration(p.per_attempt_timeout),
+      duration(p.timeout),
+      duration(p.min_attempt_time),
+      p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
+  };
+  for (int i = 0; i < kNumPolicyFields; ++i) {
+    absl::StrAppendFormat(&out, "  %-18s %-60s <- %s\n",
+                          absl::StrCat(PolicyFieldName(i), ":"), values[i],
+                          PolicySourceName(r.sources[i]));
+  }
+  return out;
+}
+
+absl::string_view PolicySourceName(PolicySource source) {
+  switch (source) {
+    case PolicySource::kDefault:
+      return "rpcguard default";
+    case PolicySource::kConfigDefault:
+      return "config: default entry";
+    case PolicySource::kIdempotencyLevel:
+      return "proto: idempotency_level";
+    case PolicySource::kProtoService:
+      return "proto: (rpcguard.v1.service)";
+    case PolicySource::kProtoMethod:
+      return "proto: (rpcguard.v1.method)";
+    case PolicySource::kConfigService:
+      return "config: service entry";
+    case PolicySource::kConfigMethod:
+      return "config: method entry";
+  }
+  return "";
 }
 
 void Config::Set(absl::string_view service, absl::string_view method,
                  const MethodPolicy& policy) {
   // Copies share the tables; give this Config its own before writing so the
-  // copies (and references they handed out) are unaffected.
+  // copies are unaffected.
   if (tables_.use_count() != 1) tables_ = std::make_shared<Tables>(*tables_);
+  const Entry entry{policy, kAllPolicyFields};
   if (service.empty()) {
-    tables_->default_policy = policy;
+    tables_->default_policy = entry;
   } else if (method.empty()) {
-    tables_->services.insert_or_assign(std::string(service), policy);
+    tables_->services.insert_or_assign(std::string(service), entry);
   } else {
     tables_->methods.insert_or_assign(absl::StrCat(service, "/", method),
-                                      policy);
+                                      entry);
   }
 }
 

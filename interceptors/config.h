@@ -58,37 +58,79 @@
 
 namespace rpcguard {
 
+// Where a setting of a method's policy came from, most specific last.
+enum class PolicySource {
+  kDefault,           // rpcguard's built-in default
+  kConfigDefault,     // the config's default entry (name [{}])
+  kIdempotencyLevel,  // protobuf's own `option idempotency_level`
+  kProtoService,      // `option (rpcguard.v1.service)`
+  kProtoMethod,       // `option (rpcguard.v1.method)`
+  kConfigService,     // the config's entry for the service
+  kConfigMethod,      // the config's entry for the method
+};
+
+// "rpcguard default", "config: method entry", "proto: idempotency_level"...
+absl::string_view PolicySourceName(PolicySource source);
+
+// A method's policy with the source that decided each field.
+struct ResolvedPolicy {
+  MethodPolicy policy;
+  // Indexed by PolicyField bit position (0 = idempotency).
+  PolicySource sources[kNumPolicyFields] = {};
+  // A malformed .proto option on the method or its service. Calls to the
+  // method fail with FAILED_PRECONDITION carrying this message rather than
+  // run with a policy nobody wrote.
+  absl::Status error;
+};
+
 // An immutable set of per-method policies. Cheap to copy (shares its tables);
 // thread-safe for concurrent lookups.
 class Config {
  public:
-  // An empty config: every method gets the default MethodPolicy.
+  // One config entry: a policy and the fields it sets (PolicyField bits).
+  struct Entry {
+    MethodPolicy policy;
+    uint32_t fields = 0;
+  };
+
+  // An empty config: every method gets its .proto options or the defaults.
   Config();
 
   // Parses `json` as described above. Errors: InvalidArgument naming the
   // JSON path and the reason.
   static absl::StatusOr<Config> FromJson(absl::string_view json);
 
-  // Returns the policy for a full method path ("/pkg.Svc/Method"): exact
-  // method, else its service, else the default entry, else MethodPolicy{}.
-  // A path that is not of that form gets the default. The reference is valid
-  // as long as any copy of this Config lives.
-  const MethodPolicy& Lookup(absl::string_view full_method) const;
+  // Resolves the policy of a full method path ("/pkg.Svc/Method") field by
+  // field, most specific source first: this config's entry for the method >
+  // its entry for the service > the method's (rpcguard.v1.method) option >
+  // the service's (rpcguard.v1.service) option > protobuf's idempotency_level
+  // > this config's default entry > rpcguard's defaults. Options are read
+  // from the generated descriptor pool: the .proto's generated code must be
+  // linked in. A path not of that form gets the default entry. Does a
+  // descriptor lookup: callers on a hot path cache the result per method
+  // (the interceptor does).
+  ResolvedPolicy Resolve(absl::string_view full_method) const;
+
+  // Resolve(full_method).policy.
+  MethodPolicy Lookup(absl::string_view full_method) const;
+
+  // A few lines saying, for each setting of the method's policy, its value
+  // and which source decided it. For people: the format may change.
+  std::string Explain(absl::string_view full_method) const;
 
   // Sets the policy of one method, service or the default from code, in the
   // same precedence as JSON names (`service` empty = default; `method` empty
-  // = whole service). Replaces an earlier entry for the same name. Copies
-  // made earlier are unaffected; references this object's Lookup returned
-  // may be invalidated.
+  // = whole service); it sets every field. Replaces an earlier entry for the
+  // same name. Copies made earlier are unaffected.
   void Set(absl::string_view service, absl::string_view method,
            const MethodPolicy& policy);
 
  private:
   struct Tables {
     // Key: "pkg.Svc/Method" for methods, "pkg.Svc" for services.
-    absl::flat_hash_map<std::string, MethodPolicy> methods;
-    absl::flat_hash_map<std::string, MethodPolicy> services;
-    std::optional<MethodPolicy> default_policy;
+    absl::flat_hash_map<std::string, Entry> methods;
+    absl::flat_hash_map<std::string, Entry> services;
+    std::optional<Entry> default_policy;
   };
   std::shared_ptr<Tables> tables_;
 };

@@ -2,6 +2,8 @@
 
 #include "interceptors/policy.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace rpcguard {
@@ -30,6 +32,52 @@ absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown idempotency \"", text,
                    "\" (want NO_SIDE_EFFECTS, IDEMPOTENT, KEYED or UNKNOWN)"));
+}
+
+absl::string_view PolicyFieldName(int index) {
+  static constexpr absl::string_view kNames[kNumPolicyFields] = {
+      "idempotency", "retryPolicy",    "jitter",      "perAttemptTimeout",
+      "timeout",     "minAttemptTime", "waitForReady"};
+  return index >= 0 && index < kNumPolicyFields ? kNames[index] : "";
+}
+
+void MergePolicy(const MethodPolicy& from, uint32_t from_fields,
+                 MethodPolicy* to, uint32_t* to_fields) {
+  const uint32_t take = from_fields & ~*to_fields;
+  if (take & kFieldIdempotency) to->idempotency = from.idempotency;
+  if (take & kFieldRetry) {
+    // The jitter travels apart: a more specific source may have set it.
+    const Jitter jitter = to->retry.backoff.jitter;
+    to->retry = from.retry;
+    if (*to_fields & kFieldJitter) to->retry.backoff.jitter = jitter;
+  }
+  if (take & kFieldJitter) to->retry.backoff.jitter = from.retry.backoff.jitter;
+  if (take & kFieldPerAttemptTimeout) {
+    to->per_attempt_timeout = from.per_attempt_timeout;
+  }
+  if (take & kFieldTimeout) to->timeout = from.timeout;
+  if (take & kFieldMinAttemptTime) to->min_attempt_time = from.min_attempt_time;
+  if (take & kFieldWaitForReady) to->wait_for_ready = from.wait_for_ready;
+  *to_fields |= take;
+}
+
+std::string CheckMaxAttempts(int64_t n) {
+  if (n < 2) return "must be at least 2";
+  if (n > kMaxAttemptsCap)
+    return absl::StrCat("must be at most ", kMaxAttemptsCap);
+  return "";
+}
+
+std::string CheckMultiplier(double m) {
+  // NaN fails both comparisons, so test for the good range.
+  if (!(m > 0)) return "must be greater than 0";
+  if (!(m <= 1000)) return "must be at most 1000";
+  return "";
+}
+
+std::string CheckPositiveDuration(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return "must be greater than 0";
+  return "";
 }
 
 }  // namespace rpcguard

@@ -7,7 +7,9 @@
 #ifndef RPCGUARD_INTERCEPTORS_POLICY_H_
 #define RPCGUARD_INTERCEPTORS_POLICY_H_
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -77,6 +79,36 @@ struct MethodPolicy {
                                  : Classifier();
   }
 };
+
+// The settings of a MethodPolicy, as bits: each source of policy (JSON entry,
+// .proto option) sets some of them, and the most specific source that sets a
+// field decides it.
+enum PolicyField : uint32_t {
+  kFieldIdempotency = 1 << 0,
+  kFieldRetry = 1 << 1,  // the retryPolicy as a whole, but for its jitter
+  kFieldJitter = 1 << 2,
+  kFieldPerAttemptTimeout = 1 << 3,
+  kFieldTimeout = 1 << 4,
+  kFieldMinAttemptTime = 1 << 5,
+  kFieldWaitForReady = 1 << 6,
+};
+inline constexpr uint32_t kAllPolicyFields = (1 << 7) - 1;
+inline constexpr int kNumPolicyFields = 7;
+
+// The field's name as Explain prints it ("idempotency", "retryPolicy", ...),
+// for bit `index` (0 = kFieldIdempotency).
+absl::string_view PolicyFieldName(int index);
+
+// Copies into `*to` the fields of `from` that `from_fields` names and
+// `*to_fields` does not yet have, and adds them to `*to_fields`.
+void MergePolicy(const MethodPolicy& from, uint32_t from_fields,
+                 MethodPolicy* to, uint32_t* to_fields);
+
+// Shared range checks for every source of policy; each returns the reason
+// ("must be at least 2") or an empty string when the value is fine.
+std::string CheckMaxAttempts(int64_t n);
+std::string CheckMultiplier(double m);
+std::string CheckPositiveDuration(absl::Duration d);
 
 }  // namespace rpcguard
 

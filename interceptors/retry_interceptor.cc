@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "interceptors/retry_controller.h"
@@ -71,11 +72,40 @@ using grpc::experimental::InterceptorBatchMethods;
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 
-// What every interceptor of one factory shares. Immutable.
-struct Shared {
-  Config config;
-  Clock* clock;
-  Random* random;
+// What every interceptor of one factory shares.
+class Shared {
+ public:
+  Shared(Config config, Clock* clock, Random* random)
+      : config_(std::move(config)), clock_(clock), random_(random) {}
+
+  Clock* clock() const { return clock_; }
+  Random* random() const { return random_; }
+
+  // The resolved policy of `method`, computed once per method: after the
+  // first call no descriptor lookup or option parsing happens on the call
+  // path, only this hash lookup. The reference lives as long as this object.
+  const ResolvedPolicy& PolicyFor(const char* method) const
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    const absl::string_view key(method);
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      auto it = policies_.find(key);
+      if (it != policies_.end()) return *it->second;
+    }
+    auto resolved = std::make_unique<ResolvedPolicy>(config_.Resolve(key));
+    absl::MutexLock lock(&mu_);
+    // Another call may have resolved it meanwhile; keep the first.
+    auto [it, inserted] = policies_.try_emplace(key, std::move(resolved));
+    return *it->second;
+  }
+
+ private:
+  const Config config_;
+  Clock* const clock_;
+  Random* const random_;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<ResolvedPolicy>>
+      policies_ ABSL_GUARDED_BY(mu_);
 };
 
 // Converts between the injected clock's time and the real clock that gRPC
@@ -127,7 +157,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
         policy_(policy),
         setup_(std::move(setup)),
         controller_(policy_, setup_.may_repeat, setup_.deadline,
-                    shared_->clock) {}
+                    shared_->clock()) {}
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { StartAttempt(); }
@@ -205,7 +235,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
     grpc::ClientContext& ctx = attempt->context;
     if (attempt->deadline != absl::InfiniteFuture()) {
-      ctx.set_deadline(ToSystemTime(attempt->deadline, shared_->clock));
+      ctx.set_deadline(ToSystemTime(attempt->deadline, shared_->clock()));
     }
     if (setup_.credentials) ctx.set_credentials(setup_.credentials);
     if (setup_.compression != GRPC_COMPRESS_NONE) {
@@ -251,12 +281,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
       absl::MutexLock lock(&mu_);
       attempt_.reset();
       if (done_) return;
-      RandomBitGen gen(shared_->random);
+      RandomBitGen gen(shared_->random());
       const Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
                                                   cancelled_, gen);
       if (d.action == Decision::Action::kRetry) {
         retry = true;
-        backoff_until = shared_->clock->Now() + d.delay;
+        backoff_until = shared_->clock()->Now() + d.delay;
         backoff_alarm_ = std::make_unique<grpc::Alarm>();
         backoff_armed_ = false;
       } else {
@@ -275,7 +305,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
     std::weak_ptr<CallState> weak = weak_from_this();
     grpc::Alarm* alarm = backoff_alarm_.get();
-    alarm->Set(ToSystemTime(backoff_until, shared_->clock), [weak](bool) {
+    alarm->Set(ToSystemTime(backoff_until, shared_->clock()), [weak](bool) {
       if (auto self = weak.lock()) self->StartAttempt();
     });
     bool cancel_now;
@@ -495,21 +525,27 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       batch->Proceed();
       return;
     }
-    const MethodPolicy& policy = shared_->config.Lookup(info_->method());
+    const ResolvedPolicy& resolved = shared_->PolicyFor(info_->method());
+    const MethodPolicy& policy = resolved.policy;
 
     // rpcguard owns the attempt header: a caller's value would lie.
     md->erase(kAttemptHeader);
     std::string key;
     const size_t keys = md->count(kIdempotencyKeyHeader);
-    grpc::Status bad_key;
-    if (keys > 0) {
+    // A call rpcguard refuses before sending anything.
+    grpc::Status reject;
+    if (!resolved.error.ok()) {
+      reject = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("rpcguard: bad retry declaration: ",
+                                         resolved.error.message()));
+    } else if (keys > 0) {
       key = md->find(kIdempotencyKeyHeader)->second;
       if (keys > 1) {
-        bad_key = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               "rpcguard: more than one idempotency-key "
-                               "metadata value on the call");
+        reject = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "rpcguard: more than one idempotency-key "
+                              "metadata value on the call");
       } else if (key.empty() || key.size() > kMaxIdempotencyKeyLength) {
-        bad_key =
+        reject =
             grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                          absl::StrCat("rpcguard: idempotency-key must be 1 to ",
                                       kMaxIdempotencyKeyLength,
@@ -518,19 +554,19 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     // A caller's own key says the server deduplicates this call.
     const Idempotency idempotency =
-        policy.idempotency == Idempotency::kUnknown && keys == 1 && bad_key.ok()
+        policy.idempotency == Idempotency::kUnknown && keys == 1 && reject.ok()
             ? Idempotency::kKeyed
             : policy.idempotency;
     const bool may_repeat =
         MayRepeat(idempotency) && policy.retry.max_attempts > 1;
-    const bool needs_hijack = !bad_key.ok() || may_repeat ||
+    const bool needs_hijack = !reject.ok() || may_repeat ||
                               policy.timeout != absl::InfiniteDuration() ||
                               policy.wait_for_ready.has_value();
 
     if (!needs_hijack) {
       // Tried once, exactly as without rpcguard, plus the metadata.
       if (keys == 0) {
-        md->emplace(kIdempotencyKeyHeader, NewUuidV4(*shared_->random));
+        md->emplace(kIdempotencyKeyHeader, NewUuidV4(*shared_->random()));
       }
       md->emplace(kAttemptHeader, "1");
       fast_path_policy_ = &policy;
@@ -545,9 +581,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     grpc::ClientContext* app = info_->client_context();
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
-    setup.deadline = CallerDeadline(app, shared_->clock);
+    setup.deadline = CallerDeadline(app, shared_->clock());
     setup.may_repeat = may_repeat;
-    setup.idempotency_key = keys > 0 ? key : NewUuidV4(*shared_->random);
+    setup.idempotency_key = keys > 0 ? key : NewUuidV4(*shared_->random());
     md->erase(kIdempotencyKeyHeader);
     setup.metadata.assign(md->begin(), md->end());
 
@@ -560,8 +596,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     call_for_batches_ = call.get();
     hijacked_ = true;
-    if (!bad_key.ok()) {
-      call->FailBeforeStart(bad_key, GiveUpReason::kNone);
+    if (!reject.ok()) {
+      call->FailBeforeStart(reject, GiveUpReason::kNone);
     } else if (cancelled) {
       call->FailBeforeStart(grpc::Status(grpc::StatusCode::CANCELLED,
                                          "call cancelled before it started"),
@@ -608,11 +644,10 @@ class RetryInterceptorFactory final
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
-  auto shared = std::make_shared<Shared>();
-  shared->config = std::move(options.config);
-  shared->clock = options.clock != nullptr ? options.clock : Clock::Real();
-  shared->random =
-      options.random != nullptr ? options.random : Random::Default();
+  auto shared = std::make_shared<Shared>(
+      std::move(options.config),
+      options.clock != nullptr ? options.clock : Clock::Real(),
+      options.random != nullptr ? options.random : Random::Default());
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 

@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "interceptors/rpcguard.h"
+#include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "tests/testing/fault_server.h"
 
@@ -520,6 +521,45 @@ TEST_P(RetryE2ETest, OversizedIdempotencyKeyIsRejected) {
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
 }
 
+TEST_P(RetryE2ETest, ProtoDeclarationsAloneDecide) {
+  // No JSON at all: Get is NO_SIDE_EFFECTS by protobuf's idempotency_level,
+  // Charge is KEYED by (rpcguard.v1.method), Create is declared nowhere.
+  UseConfig("{}");
+  for (Method m : {Method::kGet, Method::kPut, Method::kCharge}) {
+    FaultRequest req;
+    req.set_op_id(Op("proto-declared"));
+    req.set_fail_first(1);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    grpc::Status s = Call(m, &ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+  }
+  FaultRequest req;
+  req.set_op_id(Op("proto-undeclared"));
+  req.set_fail_first(1);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(Call(Method::kCreate, &ctx, req, &reply).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, JsonOverridesProtoDeclaration) {
+  // The JSON method entry says Charge is not safe to repeat after all.
+  UseConfig(R"json({"methodConfig": [{"name": [{
+      "service": "rpcguard.testing.v1.FaultService", "method": "Charge"}],
+      "rpcguard": {"idempotency": "UNKNOWN"}}]})json");
+  FaultRequest req;
+  req.set_op_id(Op("json-wins"));
+  req.set_fail_first(1);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(Call(Method::kCharge, &ctx, req, &reply).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllStubs, RetryE2ETest,
                          ::testing::Values(StubKind::kSync, StubKind::kAsync,
                                            StubKind::kCallback),
@@ -591,6 +631,30 @@ TEST_F(RetryE2EOtherTest, ServiceConfigRetryPolicyIsRefused) {
   auto channel = CreateChannel(
       server_.address(), grpc::InsecureChannelCredentials(), Options{}, args);
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RetryE2EOtherTest, BadProtoDeclarationFailsCallsLoudly) {
+  ASSERT_NE(::rpcguard::testing::v1::Broken::service_full_name(), nullptr);
+  // Broken.OneAttempt declares max_attempts: 1. Nothing is sent: the server
+  // does not even serve that service, and would say UNIMPLEMENTED.
+  grpc::GenericStub stub(MakeChannel());
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/rpcguard.testing.v1.Broken/OneAttempt",
+                 grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(),
+            "rpcguard: bad retry declaration: "
+            "rpcguard.testing.v1.Broken.OneAttempt: (rpcguard.v1.method)"
+            ".retry.max_attempts: must be at least 2");
+  EXPECT_EQ(server_.total_attempts(), 0);
 }
 
 // 1,000 concurrent callback calls with random faults: every one completes
