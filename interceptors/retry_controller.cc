@@ -35,24 +35,6 @@ absl::string_view GiveUpReasonName(GiveUpReason reason) {
   return "none";
 }
 
-Pushback ParsePushback(absl::string_view value) {
-  Pushback p;
-  int64_t ms;
-  // SimpleAtoi accepts a leading '+' and surrounding spaces; A6 wants a bare
-  // non-negative integer, so require digits only.
-  const bool digits_only =
-      !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-        return c >= '0' && c <= '9';
-      });
-  if (digits_only && absl::SimpleAtoi(value, &ms)) {
-    p.kind = Pushback::Kind::kRetryAfter;
-    p.delay = absl::Milliseconds(ms);
-  } else {
-    p.kind = Pushback::Kind::kStop;
-  }
-  return p;
-}
-
 RetryController::RetryController(const MethodPolicy& policy, bool may_repeat,
                                  absl::Time deadline, Clock* clock)
     : policy_(policy),
@@ -132,6 +114,9 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
   } else {
     delay = backoff_.Next(gen);
   }
+  // RetryInfo sets a floor under whichever delay was chosen.
+  if (pushback.min_delay.has_value())
+    delay = std::max(delay, *pushback.min_delay);
   if (deadline_ != absl::InfiniteFuture() &&
       now + delay + policy_.min_attempt_time > deadline_) {
     d.reason = GiveUpReason::kDeadline;

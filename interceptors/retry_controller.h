@@ -23,6 +23,7 @@
 #include "interceptors/backoff.h"
 #include "interceptors/clock.h"
 #include "interceptors/policy.h"
+#include "interceptors/server_hints.h"
 #include "interceptors/status_class.h"
 
 namespace rpcguard {
@@ -46,18 +47,6 @@ enum class GiveUpReason {
 // "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
 // "pushback_stop".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
-
-// The server's retry pushback (`grpc-retry-pushback-ms` trailer, gRFC A6).
-struct Pushback {
-  enum class Kind { kNone, kRetryAfter, kStop };
-  Kind kind = Kind::kNone;
-  absl::Duration delay;  // for kRetryAfter
-};
-
-// Parses a `grpc-retry-pushback-ms` value: a non-negative decimal integer of
-// milliseconds means "retry after exactly this"; anything else (negative,
-// empty, not a number, overflowing) means "do not retry", as A6 specifies.
-Pushback ParsePushback(absl::string_view value);
 
 // What to do after an attempt.
 struct Decision {

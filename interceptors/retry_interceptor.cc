@@ -273,6 +273,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
       pushback = ParsePushback(
           absl::string_view(it->second.data(), it->second.size()));
     }
+    if (!status.ok())
+      pushback.min_delay = ParseRetryInfo(status.error_details());
 
     std::vector<InterceptorBatchMethods*> ready;
     absl::Time backoff_until;

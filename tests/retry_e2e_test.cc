@@ -445,6 +445,71 @@ TEST_P(RetryE2ETest, PushbackStopEndsRetries) {
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
 }
 
+TEST_P(RetryE2ETest, PushbackDelayIsUsedExactly) {
+  FaultRequest req;
+  req.set_op_id(Op("pushback-delay"));
+  req.set_fail_first(1);
+  req.set_pushback_ms("150");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  const testing::OpRecord op = server_.Op(req.op_id());
+  ASSERT_EQ(op.attempts, 2);
+  // Backoff alone would be at most 5 ms.
+  EXPECT_GE(op.arrivals[1] - op.arrivals[0], absl::Milliseconds(145));
+}
+
+TEST_P(RetryE2ETest, RetryInfoDelayIsAFloor) {
+  FaultRequest req;
+  req.set_op_id(Op("retry-info"));
+  req.set_fail_first(1);
+  req.set_retry_info_ms(150);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  const testing::OpRecord op = server_.Op(req.op_id());
+  ASSERT_EQ(op.attempts, 2);
+  EXPECT_GE(op.arrivals[1] - op.arrivals[0], absl::Milliseconds(145));
+}
+
+TEST_P(RetryE2ETest, ServerDelayBeyondTheDeadlineEndsTheCallAtOnce) {
+  for (bool use_retry_info : {false, true}) {
+    FaultRequest req;
+    req.set_op_id(Op("server-delay-too-long"));
+    req.set_fail_first(1);
+    if (use_retry_info) {
+      req.set_retry_info_ms(2000);
+    } else {
+      req.set_pushback_ms("2000");
+    }
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(500));
+    const absl::Time start = absl::Now();
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
+        << s.error_message();
+    // At once: not at the deadline.
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  }
+}
+
+TEST_P(RetryE2ETest, MalformedStatusDetailsAreIgnored) {
+  FaultRequest req;
+  req.set_op_id(Op("bad-details"));
+  req.set_fail_first(1);
+  req.set_status_details(std::string("\xff\x01garbage\x00\x1a\x05", 13));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+}
+
 TEST_P(RetryE2ETest, CancelDuringBackoffEndsPromptly) {
   UseConfig(R"json({"methodConfig": [{"name": [{}],
       "retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s",
