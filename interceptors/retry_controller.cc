@@ -80,6 +80,15 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
       d.action = Decision::Action::kDone;
       return d;
     case StatusClass::kAuth:
+      // PERMISSION_DENIED is final: new credentials of the same principal
+      // would be denied again.
+      if (can_refresh_ && may_repeat_ &&
+          code == grpc::StatusCode::UNAUTHENTICATED &&
+          Remaining() > policy_.min_attempt_time) {
+        can_refresh_ = false;  // one refresh per call
+        d.action = Decision::Action::kRefreshAuth;
+        return d;
+      }
       d.action = Decision::Action::kGiveUp;
       d.reason = GiveUpReason::kAuth;
       return d;

@@ -50,7 +50,9 @@ absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 // What to do after an attempt.
 struct Decision {
-  enum class Action { kDone, kRetry, kGiveUp };
+  // kRefreshAuth: ask the credential refresher, then make one more attempt
+  // with what it returns.
+  enum class Action { kDone, kRetry, kGiveUp, kRefreshAuth };
   Action action = Action::kDone;
   GiveUpReason reason = GiveUpReason::kNone;
   StatusClass status_class = StatusClass::kOk;
@@ -68,6 +70,11 @@ class RetryController {
   // `policy` and `clock` must outlive the controller.
   RetryController(const MethodPolicy& policy, bool may_repeat,
                   absl::Time deadline, Clock* clock);
+
+  // Allows one credential refresh on UNAUTHENTICATED (a refresher exists).
+  // It is still only used for calls safe to repeat: the server may have
+  // acted before it checked the credentials.
+  void EnableAuthRefresh() { can_refresh_ = true; }
 
   // Starts the next attempt: returns its deadline, the caller's deadline or
   // the per-attempt timeout from now, whichever is earlier.
@@ -94,6 +101,7 @@ class RetryController {
   absl::Time attempt_deadline_ = absl::InfiniteFuture();
   Backoff backoff_;
   int attempts_ = 0;
+  bool can_refresh_ = false;
 };
 
 // Appends rpcguard's account of the call to a status message:

@@ -75,11 +75,16 @@ using Metadata = std::vector<std::pair<std::string, std::string>>;
 // What every interceptor of one factory shares.
 class Shared {
  public:
-  Shared(Config config, Clock* clock, Random* random)
-      : config_(std::move(config)), clock_(clock), random_(random) {}
+  Shared(Config config, Clock* clock, Random* random,
+         CredentialRefresher refresher)
+      : config_(std::move(config)),
+        clock_(clock),
+        random_(random),
+        refresher_(std::move(refresher)) {}
 
   Clock* clock() const { return clock_; }
   Random* random() const { return random_; }
+  const CredentialRefresher& refresher() const { return refresher_; }
 
   // The resolved policy of `method`, computed once per method: after the
   // first call no descriptor lookup or option parsing happens on the call
@@ -103,6 +108,7 @@ class Shared {
   const Config config_;
   Clock* const clock_;
   Random* const random_;
+  const CredentialRefresher refresher_;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<ResolvedPolicy>>
       policies_ ABSL_GUARDED_BY(mu_);
@@ -157,7 +163,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
         policy_(policy),
         setup_(std::move(setup)),
         controller_(policy_, setup_.may_repeat, setup_.deadline,
-                    shared_->clock()) {}
+                    shared_->clock()) {
+    if (shared_->refresher()) controller_.EnableAuthRefresh();
+  }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { StartAttempt(); }
@@ -237,12 +245,29 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (attempt->deadline != absl::InfiniteFuture()) {
       ctx.set_deadline(ToSystemTime(attempt->deadline, shared_->clock()));
     }
-    if (setup_.credentials) ctx.set_credentials(setup_.credentials);
+    std::optional<RefreshedCredentials> refreshed;
+    {
+      absl::MutexLock lock(&mu_);
+      refreshed = refreshed_;
+    }
+    if (refreshed && refreshed->credentials) {
+      ctx.set_credentials(refreshed->credentials);
+    } else if (setup_.credentials) {
+      ctx.set_credentials(setup_.credentials);
+    }
     if (setup_.compression != GRPC_COMPRESS_NONE) {
       ctx.set_compression_algorithm(setup_.compression);
     }
     if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
-    for (const auto& kv : setup_.metadata) ctx.AddMetadata(kv.first, kv.second);
+    for (const auto& kv : setup_.metadata) {
+      if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
+      ctx.AddMetadata(kv.first, kv.second);
+    }
+    if (refreshed) {
+      for (const auto& kv : refreshed->metadata) {
+        ctx.AddMetadata(kv.first, kv.second);
+      }
+    }
     ctx.AddMetadata(kIdempotencyKeyHeader, setup_.idempotency_key);
     ctx.AddMetadata(kAttemptHeader, absl::StrCat(number));
 
@@ -279,6 +304,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     std::vector<InterceptorBatchMethods*> ready;
     absl::Time backoff_until;
     bool retry = false;
+    bool refresh = false;
+    absl::Time deadline;
     {
       absl::MutexLock lock(&mu_);
       attempt_.reset();
@@ -286,7 +313,16 @@ class CallState : public std::enable_shared_from_this<CallState> {
       RandomBitGen gen(shared_->random());
       const Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
                                                   cancelled_, gen);
-      if (d.action == Decision::Action::kRetry) {
+      if (d.action == Decision::Action::kRefreshAuth) {
+        refresh = true;
+        refreshing_ = true;
+        last_status_ = status;
+        last_attempt_ = attempt;
+        deadline = controller_.deadline();
+        if (deadline != absl::InfiniteFuture()) {
+          refresh_alarm_ = std::make_unique<grpc::Alarm>();
+        }
+      } else if (d.action == Decision::Action::kRetry) {
         retry = true;
         backoff_until = shared_->clock()->Now() + d.delay;
         backoff_alarm_ = std::make_unique<grpc::Alarm>();
@@ -299,6 +335,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
         }
         ready = FinishLocked(final, d.reason, attempt.get());
       }
+    }
+    if (refresh) {
+      BeginRefresh(deadline);
+      return;
     }
     if (!retry) {
       Serve(std::move(ready));
@@ -320,18 +360,94 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (cancel_now) alarm->Cancel();
   }
 
+  // Asks the refresher for credentials; the call's deadline still holds.
+  void BeginRefresh(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::weak_ptr<CallState> weak = weak_from_this();
+    if (refresh_alarm_) {
+      refresh_alarm_->Set(ToSystemTime(deadline, shared_->clock()),
+                          [weak](bool fired) {
+                            if (!fired) return;
+                            if (auto self = weak.lock())
+                              self->EndRefresh(absl::DeadlineExceededError(""));
+                          });
+    }
+    // Held weakly: a refresher that answers after the call ended finds
+    // nothing to do.
+    shared_->refresher()(setup_.method,
+                         [weak](absl::StatusOr<RefreshedCredentials> result) {
+                           if (auto self = weak.lock())
+                             self->EndRefresh(std::move(result));
+                         });
+  }
+
+  // The refresh ended: with credentials (retry), an error, the deadline
+  // (kDeadlineExceeded with an empty message, from the alarm) or a cancel.
+  void EndRefresh(absl::StatusOr<RefreshedCredentials> result)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<InterceptorBatchMethods*> ready;
+    bool start = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_ || !refreshing_) return;
+      refreshing_ = false;
+      const bool timed_out =
+          result.status().code() == absl::StatusCode::kDeadlineExceeded &&
+          result.status().message().empty();
+      if (cancelled_) {
+        ready = FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED,
+                                          "call cancelled by the caller"),
+                             GiveUpReason::kCancelled, nullptr);
+      } else if (timed_out) {
+        ready = FinishLocked(last_status_, GiveUpReason::kDeadline,
+                             last_attempt_.get());
+      } else if (!result.ok()) {
+        ready = FinishLocked(
+            grpc::Status(last_status_.error_code(),
+                         absl::StrCat(last_status_.error_message(),
+                                      " (rpcguard: credential refresh failed: ",
+                                      result.status().message(), ")"),
+                         last_status_.error_details()),
+            GiveUpReason::kAuth, last_attempt_.get());
+      } else {
+        refreshed_ = *std::move(result);
+        start = true;
+      }
+      last_attempt_.reset();
+    }
+    if (refresh_alarm_) refresh_alarm_->Cancel();
+    if (start) {
+      StartAttempt();
+    } else {
+      Serve(std::move(ready));
+    }
+  }
+
+  static bool Replaced(const Metadata& replacements, const std::string& key) {
+    for (const auto& kv : replacements) {
+      if (kv.first == key) return true;
+    }
+    return false;
+  }
+
   // The deferred half of Cancel(): stops whatever is running. Its completion
   // (CANCELLED attempt, or cancelled alarm) then ends the call.
   void DoCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<Attempt> attempt;
     grpc::Alarm* alarm = nullptr;
+    bool end_refresh = false;
     {
       absl::MutexLock lock(&mu_);
       if (done_) return;
+      // The refresher cannot be stopped; the call ends without it.
+      end_refresh = refreshing_;
       if (attempt_ != nullptr && attempt_started_) attempt = attempt_;
       if (attempt_ == nullptr && backoff_alarm_ && backoff_armed_) {
         alarm = backoff_alarm_.get();
       }
+    }
+    if (end_refresh) {
+      EndRefresh(absl::CancelledError());
+      return;
     }
     if (attempt) attempt->context.TryCancel();
     // The alarm's callback calls StartAttempt, which ends the call as
@@ -443,6 +559,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::unique_ptr<grpc::Alarm> backoff_alarm_;
   bool backoff_armed_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<grpc::Alarm> cancel_alarm_;
+  // The one credential refresh of the call, while it runs.
+  bool refreshing_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status last_status_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Attempt> last_attempt_ ABSL_GUARDED_BY(mu_);
+  std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
+  // Set once, before the refresher is called; ends a refresh at the deadline.
+  std::unique_ptr<grpc::Alarm> refresh_alarm_;
   std::vector<InterceptorBatchMethods*> parked_ ABSL_GUARDED_BY(mu_);
 
   // The outcome, written once by FinishLocked. The application's metadata
@@ -649,7 +772,8 @@ MakeInterceptorFactory(Options options) {
   auto shared = std::make_shared<Shared>(
       std::move(options.config),
       options.clock != nullptr ? options.clock : Clock::Real(),
-      options.random != nullptr ? options.random : Random::Default());
+      options.random != nullptr ? options.random : Random::Default(),
+      std::move(options.credential_refresher));
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 
@@ -660,14 +784,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
   const grpc_channel_args c_args = args.c_channel_args();
   for (size_t i = 0; i < c_args.num_args; ++i) {
     const grpc_arg& arg = c_args.args[i];
-    if (arg.type == GRPC_ARG_STRING &&
+    if (!options.allow_grpc_retry_policy && arg.type == GRPC_ARG_STRING &&
         absl::string_view(arg.key) == GRPC_ARG_SERVICE_CONFIG &&
         absl::string_view(arg.value.string).find("\"retryPolicy\"") !=
             absl::string_view::npos) {
       return absl::InvalidArgumentError(
           "the channel's service config has a retryPolicy: gRPC's built-in "
           "retries would run inside every rpcguard attempt and multiply "
-          "attempts; move the policy into rpcguard's Config instead");
+          "attempts; move the policy into rpcguard's Config instead, or set "
+          "Options::allow_grpc_retry_policy");
     }
   }
   std::vector<

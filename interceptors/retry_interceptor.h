@@ -33,8 +33,11 @@
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "interceptors/clock.h"
@@ -55,6 +58,23 @@ inline constexpr char kPushbackTrailer[] = "grpc-retry-pushback-ms";
 // would break the server's deduplication.
 inline constexpr size_t kMaxIdempotencyKeyLength = 255;
 
+// What a CredentialRefresher hands back for the one retry after an
+// UNAUTHENTICATED.
+struct RefreshedCredentials {
+  // Replaces the call's credentials when not null.
+  std::shared_ptr<grpc::CallCredentials> credentials;
+  // Replace the caller's metadata of the same keys (e.g. "authorization").
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+
+// Asked for fresh credentials when an attempt of `method` ends
+// UNAUTHENTICATED. It must not block: it calls `done` exactly once, on any
+// thread, now or later. An error from it ends the call UNAUTHENTICATED with
+// its message; a `done` that comes after the call's deadline is ignored.
+using CredentialRefresher = std::function<void(
+    absl::string_view method,
+    std::function<void(absl::StatusOr<RefreshedCredentials>)> done)>;
+
 // How rpcguard behaves. Every shared resource is a parameter with a default.
 struct Options {
   // Per-method policies.
@@ -65,6 +85,13 @@ struct Options {
   // Randomness for jitter and idempotency keys; must outlive every call. Null
   // means Random::Default().
   Random* random = Random::Default();
+  // Optional: when set, an UNAUTHENTICATED attempt of a call that is safe to
+  // repeat gets exactly one more attempt with refreshed credentials.
+  // PERMISSION_DENIED is always final.
+  CredentialRefresher credential_refresher;
+  // CreateChannel refuses a channel whose own service config has a gRPC
+  // retryPolicy (attempts would multiply). Set to accept it anyway.
+  bool allow_grpc_retry_policy = false;
 };
 
 // Returns an interceptor factory to pass to

@@ -189,11 +189,13 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
  protected:
   void SetUp() override { UseConfig(kDefaultConfig); }
 
-  void UseConfig(const std::string& json) {
+  void UseConfig(const std::string& json,
+                 CredentialRefresher refresher = nullptr) {
     absl::StatusOr<Config> config = Config::FromJson(json);
     ASSERT_TRUE(config.ok()) << config.status();
     Options options;
     options.config = *config;
+    options.credential_refresher = std::move(refresher);
     auto channel = CreateChannel(server_.address(),
                                  grpc::InsecureChannelCredentials(), options);
     ASSERT_TRUE(channel.ok()) << channel.status();
@@ -510,6 +512,127 @@ TEST_P(RetryE2ETest, MalformedStatusDetailsAreIgnored) {
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
 }
 
+// A refresher that hands out a new bearer token after `delay`, from another
+// thread (never blocking gRPC's), counting how often it was asked.
+CredentialRefresher TokenRefresher(std::string token, absl::Duration delay,
+                                   std::atomic<int>* asked,
+                                   absl::Status error = absl::OkStatus()) {
+  return [=](absl::string_view,
+             std::function<void(absl::StatusOr<RefreshedCredentials>)> done) {
+    ++*asked;
+    std::thread([=] {
+      absl::SleepFor(delay);
+      if (!error.ok()) {
+        done(error);
+        return;
+      }
+      RefreshedCredentials fresh;
+      fresh.metadata.emplace_back("authorization", "Bearer " + token);
+      done(fresh);
+    }).detach();
+  };
+}
+
+TEST_P(RetryE2ETest, AuthRefreshThenSuccess) {
+  std::atomic<int> asked{0};
+  UseConfig(kDefaultConfig,
+            TokenRefresher("new", absl::Milliseconds(5), &asked));
+  FaultRequest req;
+  req.set_op_id(Op("auth-refresh"));
+  req.set_require_token("new");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer old");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "2");
+}
+
+TEST_P(RetryE2ETest, AuthRefreshHappensOnceAndOnlyForUnauthenticated) {
+  std::atomic<int> asked{0};
+  UseConfig(kDefaultConfig,
+            TokenRefresher("still-wrong", absl::ZeroDuration(), &asked));
+  {
+    FaultRequest req;
+    req.set_op_id(Op("auth-twice"));
+    req.set_require_token("right");
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(Call(Method::kGet, &ctx, req, &reply).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+  }
+  {
+    FaultRequest req;
+    req.set_op_id(Op("denied"));
+    req.set_fail_first(1);
+    req.set_fail_code(static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(Call(Method::kGet, &ctx, req, &reply).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  }
+  {
+    // Never for a call that is not safe to repeat.
+    FaultRequest req;
+    req.set_op_id(Op("auth-create"));
+    req.set_require_token("right");
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    EXPECT_EQ(Call(Method::kCreate, &ctx, req, &reply).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(asked, 1);
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  }
+}
+
+TEST_P(RetryE2ETest, AuthRefreshFailureIsFinal) {
+  std::atomic<int> asked{0};
+  UseConfig(kDefaultConfig,
+            TokenRefresher("", absl::Milliseconds(1), &asked,
+                           absl::UnavailableError("token service down")));
+  FaultRequest req;
+  req.set_op_id(Op("auth-refresh-fails"));
+  req.set_require_token("new");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(
+      s.error_message().find("credential refresh failed: token service down"),
+      std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
+TEST_P(RetryE2ETest, SlowAuthRefreshEndsAtTheDeadline) {
+  std::atomic<int> asked{0};
+  UseConfig(kDefaultConfig,
+            TokenRefresher("new", absl::Milliseconds(600), &asked));
+  FaultRequest req;
+  req.set_op_id(Op("auth-slow"));
+  req.set_require_token("new");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(200);
+  ctx.set_deadline(deadline);
+  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_LE(std::chrono::system_clock::now() - deadline,
+            std::chrono::milliseconds(20));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
+      << s.error_message();
+  absl::SleepFor(absl::Milliseconds(600));  // the late answer changes nothing
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
 TEST_P(RetryE2ETest, CancelDuringBackoffEndsPromptly) {
   UseConfig(R"json({"methodConfig": [{"name": [{}],
       "retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s",
@@ -696,6 +819,11 @@ TEST_F(RetryE2EOtherTest, ServiceConfigRetryPolicyIsRefused) {
   auto channel = CreateChannel(
       server_.address(), grpc::InsecureChannelCredentials(), Options{}, args);
   EXPECT_EQ(channel.status().code(), absl::StatusCode::kInvalidArgument);
+  Options opt_in;
+  opt_in.allow_grpc_retry_policy = true;
+  EXPECT_TRUE(CreateChannel(server_.address(),
+                            grpc::InsecureChannelCredentials(), opt_in, args)
+                  .ok());
 }
 
 TEST_F(RetryE2EOtherTest, BadProtoDeclarationFailsCallsLoudly) {

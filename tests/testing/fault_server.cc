@@ -105,6 +105,7 @@ class FaultServer::Impl final
     const std::string attempt_header = Header(ctx, "rpcguard-attempt");
     int attempt;
     bool fail;
+    bool unauthenticated;
     {
       absl::MutexLock lock(&mu_);
       ++total_attempts_;
@@ -113,10 +114,13 @@ class FaultServer::Impl final
       op.keys.push_back(key);
       op.attempt_headers.push_back(attempt_header);
       op.arrivals.push_back(absl::Now());
+      unauthenticated =
+          !req->require_token().empty() &&
+          Header(ctx, "authorization") != "Bearer " + req->require_token();
       fail = attempt <= req->fail_first() ||
              (req->fail_percent() > 0 &&
               absl::Uniform(gen_, 0, 100) < req->fail_percent());
-      const bool apply = !fail || req->apply_then_fail();
+      const bool apply = !unauthenticated && (!fail || req->apply_then_fail());
       if (apply && kind == Kind::kCreate) ++op.side_effects;
       if (apply && kind == Kind::kKeyed) {
         // Deduplicate by key: a repeat of an applied key changes nothing.
@@ -131,7 +135,10 @@ class FaultServer::Impl final
     reply->set_payload(req->payload());
 
     grpc::Status status = grpc::Status::OK;
-    if (fail) {
+    if (unauthenticated) {
+      status =
+          grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "token rejected");
+    } else if (fail) {
       const int code = req->fail_code() != 0
                            ? req->fail_code()
                            : static_cast<int>(grpc::StatusCode::UNAVAILABLE);
