@@ -24,10 +24,15 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         if grpc:
             outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
     pkg = native.package_name()
-    if not pkg.startswith("proto/"):
-        fail("cc_grpc_proto belongs in a package under proto/")
-    rel = pkg[len("proto/"):]
-    out_root = "$(GENDIR)/proto"
+    if pkg.startswith("proto/"):
+        import_root = "proto"
+        rel = pkg[len("proto/"):]
+        out_root = "$(GENDIR)/proto"
+    else:
+        # Outside proto/ (examples/): imported by repo-relative path.
+        import_root = "."
+        rel = pkg
+        out_root = "$(GENDIR)"
     plugin = ""
     if grpc:
         plugin = ("--plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) " +
@@ -36,8 +41,9 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
         outs = outs,
-        cmd = ("protoc -Iproto -I/usr/include --cpp_out=" + out_root + " " +
-               plugin + " ".join(["proto/" + rel + "/" + s for s in srcs])),
+        cmd = ("protoc -I" + import_root + " -Iproto -I/usr/include " +
+               "--cpp_out=" + out_root + " " + plugin +
+               " ".join([import_root + "/" + rel + "/" + s for s in srcs])),
         message = "protoc " + name,
     )
     native.filegroup(

@@ -886,7 +886,7 @@ std::string Config::Explain(absl::string_view full_method) const {
       p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
   };
   for (int i = 0; i < kNumPolicyFields; ++i) {
-    absl::StrAppendFormat(&out, "  %-18s %-60s <- %s\n",
+    absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",
                           absl::StrCat(PolicyFieldName(i), ":"), values[i],
                           PolicySourceName(r.sources[i]));
   }
