@@ -1,0 +1,808 @@
+// Copyright rpcguard authors.
+//
+// The retry decisions of one call, under a fake clock: nothing here sleeps.
+
+#include "interceptors/retry_controller.h"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/random/bit_gen_ref.h"
+#include "absl/random/distributions.h"
+#include "absl/random/mock_distributions.h"
+#include "absl/random/mocking_bit_gen.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "interceptors/backoff.h"
+#include "interceptors/policy.h"
+#include "interceptors/status_class.h"
+#include "tests/testing/fake_clock.h"
+
+namespace rpcguard {
+namespace {
+
+using ::grpc::StatusCode;
+using ::rpcguard::testing::FakeClock;
+using ::testing::_;
+using ::testing::AnyNumber;
+using Action = Decision::Action;
+
+constexpr int kNumCodes = 17;
+
+StatusCode Code(int i) { return static_cast<StatusCode>(i); }
+
+const Pushback kNoPushback{};
+
+Pushback RetryAfter(absl::Duration d) {
+  Pushback p;
+  p.kind = Pushback::Kind::kRetryAfter;
+  p.delay = d;
+  return p;
+}
+
+Pushback Stop() {
+  Pushback p;
+  p.kind = Pushback::Kind::kStop;
+  return p;
+}
+
+// A generator whose every uniform draw returns `value`, whatever interval is
+// asked for. With A6 jitter and value 1.0, every backoff delay is exactly its
+// ceiling, min(initial * multiplier^(n-1), max).
+class FixedBitGen {
+ public:
+  explicit FixedBitGen(double value) {
+    // EXPECT_CALL rather than ON_CALL: calls without an expectation would
+    // each print an "uninteresting call" warning.
+    EXPECT_CALL(absl::MockUniform<double>(),
+                Call(absl::IntervalClosedClosed, gen_, _, _))
+        .Times(AnyNumber())
+        .WillRepeatedly(::testing::Return(value));
+  }
+  absl::BitGenRef ref() { return absl::BitGenRef(gen_); }
+
+ private:
+  absl::MockingBitGen gen_;
+};
+
+// A policy whose backoff is A6 from `initial`, doubling up to 1 s, so that a
+// FixedBitGen(1.0) makes every delay predictable.
+MethodPolicy A6Policy(absl::Duration initial, int max_attempts = 5) {
+  MethodPolicy p;
+  p.idempotency = Idempotency::kIdempotent;
+  p.retry.max_attempts = max_attempts;
+  p.retry.backoff.initial = initial;
+  p.retry.backoff.max = absl::Seconds(1);
+  p.retry.backoff.multiplier = 2.0;
+  p.retry.backoff.jitter = Jitter::kA6;
+  p.min_attempt_time = absl::Milliseconds(2);
+  return p;
+}
+
+class RetryControllerTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  std::mt19937_64 rng_{12345};
+  absl::BitGenRef gen() { return absl::BitGenRef(rng_); }
+};
+
+// ---------------------------------------------------------------------------
+// Outcomes that end the call at once.
+
+TEST_F(RetryControllerTest, SuccessfulRequestsNeverRetry) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 5;
+  for (bool may_repeat : {false, true}) {
+    for (bool cancelled : {false, true}) {
+      for (const Pushback& pushback :
+           {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(5))}) {
+        RetryController c(policy, may_repeat,
+                          clock_.Now() + absl::Milliseconds(100), &clock_);
+        c.StartAttempt();
+        const Decision d =
+            c.OnAttemptEnd(StatusCode::OK, pushback, cancelled, gen());
+        EXPECT_EQ(d.action, Action::kDone);
+        EXPECT_EQ(d.reason, GiveUpReason::kNone);
+        EXPECT_EQ(d.status_class, StatusClass::kOk);
+        EXPECT_EQ(d.delay, absl::ZeroDuration());
+        EXPECT_EQ(c.attempts(), 1);
+      }
+    }
+  }
+}
+
+TEST_F(RetryControllerTest, SuccessAfterRetriesIsDone) {
+  MethodPolicy policy;
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  c.StartAttempt();
+  Decision d =
+      c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
+  ASSERT_EQ(d.action, Action::kRetry);
+  clock_.Advance(d.delay);
+  c.StartAttempt();
+  d = c.OnAttemptEnd(StatusCode::OK, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kDone);
+  EXPECT_EQ(d.reason, GiveUpReason::kNone);
+  EXPECT_EQ(c.attempts(), 2);
+}
+
+TEST_F(RetryControllerTest, FatalCodesGiveUpAsFatal) {
+  const MethodPolicy policy;
+  const Classifier classifier;
+  for (int i = 1; i < kNumCodes; ++i) {
+    AttemptOutcome o;
+    o.code = Code(i);
+    if (classifier.Classify(o) != StatusClass::kFatal) continue;
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(Code(i), kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(Code(i));
+    EXPECT_EQ(d.reason, GiveUpReason::kFatal) << StatusCodeName(Code(i));
+    EXPECT_EQ(d.status_class, StatusClass::kFatal);
+  }
+}
+
+TEST_F(RetryControllerTest, CancelledCodeWithoutCallerCancelIsFatal) {
+  // A CANCELLED status the caller did not ask for (e.g. the server cancelled)
+  // is fatal, not kCancelled.
+  const MethodPolicy policy;
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  c.StartAttempt();
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::CANCELLED, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kFatal);
+}
+
+TEST_F(RetryControllerTest, AuthCodesGiveUpAsAuth) {
+  const MethodPolicy policy;
+  for (StatusCode code :
+       {StatusCode::UNAUTHENTICATED, StatusCode::PERMISSION_DENIED}) {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(code, kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(code);
+    EXPECT_EQ(d.reason, GiveUpReason::kAuth) << StatusCodeName(code);
+    EXPECT_EQ(d.status_class, StatusClass::kAuth);
+  }
+}
+
+TEST_F(RetryControllerTest, FatalWinsOverPushback) {
+  const MethodPolicy policy;
+  for (const Pushback& pushback :
+       {Stop(), RetryAfter(absl::Milliseconds(10))}) {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    const Decision d =
+        c.OnAttemptEnd(StatusCode::INTERNAL, pushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kFatal);
+  }
+}
+
+TEST_F(RetryControllerTest, CallersCancelIsNeverRetried) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 10;
+  policy.per_attempt_timeout = absl::Milliseconds(10);
+  for (int i = 1; i < kNumCodes; ++i) {
+    for (const Pushback& pushback :
+         {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(1))}) {
+      RetryController c(policy, true, clock_.Now() + absl::Seconds(10),
+                        &clock_);
+      c.StartAttempt();
+      clock_.Advance(absl::Milliseconds(10));
+      const Decision d = c.OnAttemptEnd(Code(i), pushback, true, gen());
+      EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(Code(i));
+      EXPECT_EQ(d.reason, GiveUpReason::kCancelled) << StatusCodeName(Code(i));
+      EXPECT_EQ(d.status_class, StatusClass::kFatal);
+    }
+  }
+}
+
+TEST_F(RetryControllerTest, CallersDeadlineIsNeverRetried) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 10;
+  for (int i = 1; i < kNumCodes; ++i) {
+    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                      &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(100));
+    const Decision d = c.OnAttemptEnd(Code(i), kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(Code(i));
+    EXPECT_EQ(d.reason, GiveUpReason::kDeadline) << StatusCodeName(Code(i));
+    EXPECT_EQ(d.status_class, StatusClass::kFatal);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Retriable outcomes.
+
+TEST_F(RetryControllerTest, RetriableCodesRetryWithTheBackoffDelay) {
+  const MethodPolicy policy;  // full jitter from 25 ms
+  for (StatusCode code :
+       {StatusCode::UNAVAILABLE, StatusCode::RESOURCE_EXHAUSTED,
+        StatusCode::ABORTED}) {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    // A fresh Backoff drawing from a copy of the generator predicts the delay.
+    std::mt19937_64 copy = rng_;
+    const absl::Duration want =
+        Backoff(policy.retry.backoff).Next(absl::BitGenRef(copy));
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(code, kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kRetry) << StatusCodeName(code);
+    EXPECT_EQ(d.reason, GiveUpReason::kNone);
+    EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+    EXPECT_EQ(d.delay, want);
+    EXPECT_GE(d.delay, absl::ZeroDuration());
+    EXPECT_LE(d.delay, policy.retry.backoff.initial);
+  }
+}
+
+TEST_F(RetryControllerTest, DelaysFollowTheBackoffSequence) {
+  FixedBitGen fixed(1.0);
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 6);
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  const std::vector<absl::Duration> want = {
+      absl::Milliseconds(10), absl::Milliseconds(20), absl::Milliseconds(40),
+      absl::Milliseconds(80), absl::Milliseconds(160)};
+  for (absl::Duration w : want) {
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                      false, fixed.ref());
+    ASSERT_EQ(d.action, Action::kRetry);
+    EXPECT_EQ(d.delay, w);
+    clock_.Advance(d.delay);
+  }
+  c.StartAttempt();
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, fixed.ref());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+  EXPECT_EQ(c.attempts(), 6);
+}
+
+TEST_F(RetryControllerTest, ReplacedRetriableSetIsHonoured) {
+  MethodPolicy policy;
+  policy.retry.retryable_codes = StatusCodeSet{StatusCode::INTERNAL};
+  {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    EXPECT_EQ(
+        c.OnAttemptEnd(StatusCode::INTERNAL, kNoPushback, false, gen()).action,
+        Action::kRetry);
+  }
+  {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    const Decision d =
+        c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kFatal);
+  }
+}
+
+TEST_F(RetryControllerTest, NotIdempotentIsNeverRepeated) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 10;
+  policy.per_attempt_timeout = absl::Milliseconds(10);
+  for (StatusCode code :
+       {StatusCode::UNAVAILABLE, StatusCode::RESOURCE_EXHAUSTED,
+        StatusCode::ABORTED, StatusCode::DEADLINE_EXCEEDED}) {
+    RetryController c(policy, false, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(10));
+    const Decision d = c.OnAttemptEnd(code, kNoPushback, false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(code);
+    EXPECT_EQ(d.reason, GiveUpReason::kNotIdempotent) << StatusCodeName(code);
+    EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+    EXPECT_EQ(c.attempts(), 1);
+  }
+}
+
+TEST_F(RetryControllerTest, NeverExceedMaxAttempts) {
+  const StatusCode kRetriable[] = {StatusCode::UNAVAILABLE,
+                                   StatusCode::RESOURCE_EXHAUSTED,
+                                   StatusCode::ABORTED};
+  int calls = 0;
+  for (int max_attempts = 1; max_attempts <= kMaxAttemptsCap; ++max_attempts) {
+    for (Jitter jitter : {Jitter::kFull, Jitter::kA6, Jitter::kDecorrelated}) {
+      MethodPolicy policy;
+      policy.retry.max_attempts = max_attempts;
+      policy.retry.backoff.jitter = jitter;
+      for (uint64_t seed = 0; seed < 100; ++seed) {
+        std::mt19937_64 rng(seed);
+        // Infinite deadline: only max_attempts can stop the call.
+        RetryController c(policy, true, absl::InfiniteFuture(), &clock_);
+        int started = 0;
+        Decision d;
+        do {
+          c.StartAttempt();
+          ++started;
+          ASSERT_LE(started, max_attempts);
+          const StatusCode code = kRetriable[absl::Uniform<int>(rng, 0, 3)];
+          d = c.OnAttemptEnd(code, kNoPushback, false, absl::BitGenRef(rng));
+          if (d.action == Action::kRetry) clock_.Advance(d.delay);
+        } while (d.action == Action::kRetry);
+        ++calls;
+        EXPECT_EQ(started, max_attempts) << "seed " << seed;
+        EXPECT_EQ(c.attempts(), max_attempts);
+        EXPECT_EQ(d.action, Action::kGiveUp);
+        EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+      }
+    }
+  }
+  EXPECT_EQ(calls, kMaxAttemptsCap * 3 * 100);
+}
+
+TEST_F(RetryControllerTest, MaxAttemptsOneDisablesRetries) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 1;
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  c.StartAttempt();
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+}
+
+TEST_F(RetryControllerTest, InfiniteDeadlineIsBoundedByMaxAttemptsOnly) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 4;
+  policy.retry.backoff.initial = absl::Hours(1);
+  policy.retry.backoff.max = absl::Hours(24);
+  RetryController c(policy, true, absl::InfiniteFuture(), &clock_);
+  EXPECT_EQ(c.deadline(), absl::InfiniteFuture());
+  EXPECT_EQ(c.Remaining(), absl::InfiniteDuration());
+  for (int attempt = 1; attempt <= 4; ++attempt) {
+    EXPECT_EQ(c.StartAttempt(), absl::InfiniteFuture());
+    // Time flies: a thousand hours between attempts changes nothing.
+    clock_.Advance(absl::Hours(1000));
+    // Odd attempts get a 500 hour pushback, even ones the (hours-long)
+    // backoff.
+    const bool pushback = attempt % 2 == 1;
+    const Decision d = c.OnAttemptEnd(
+        StatusCode::UNAVAILABLE,
+        pushback ? RetryAfter(absl::Hours(500)) : kNoPushback, false, gen());
+    if (attempt < 4) {
+      ASSERT_EQ(d.action, Action::kRetry) << attempt;
+      if (pushback) {
+        EXPECT_EQ(d.delay, absl::Hours(500));
+      }
+      clock_.Advance(d.delay);
+    } else {
+      EXPECT_EQ(d.action, Action::kGiveUp);
+      EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+    }
+  }
+  EXPECT_EQ(c.Remaining(), absl::InfiniteDuration());
+}
+
+// ---------------------------------------------------------------------------
+// Deadline arithmetic.
+
+TEST_F(RetryControllerTest, DeadlineBoundaryWithExactBackoff) {
+  // deadline = t0 + 100 ms, min_attempt_time = 2 ms, delay = 20 ms: a retry
+  // fits exactly when now + 20 ms + 2 ms <= t0 + 100 ms, i.e. now <= t0 + 78.
+  FixedBitGen fixed(1.0);
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(20));
+  ASSERT_EQ(Backoff(policy.retry.backoff).Next(fixed.ref()),
+            absl::Milliseconds(20));
+  const absl::Time t0 = clock_.Now();
+  {
+    // Exactly at the boundary: now + delay + min_attempt_time == deadline.
+    RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(78));
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                      false, fixed.ref());
+    EXPECT_EQ(d.action, Action::kRetry);
+    EXPECT_EQ(d.delay, absl::Milliseconds(20));
+    EXPECT_EQ(clock_.Now() + d.delay + policy.min_attempt_time, c.deadline());
+  }
+  const absl::Time t1 = clock_.Now();
+  {
+    // A nanosecond later it no longer fits.
+    RetryController c(policy, true, t1 + absl::Milliseconds(100), &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(78) + absl::Nanoseconds(1));
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                      false, fixed.ref());
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+    EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+  }
+  const absl::Time t2 = clock_.Now();
+  {
+    // Comfortably inside.
+    RetryController c(policy, true, t2 + absl::Milliseconds(100), &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(10));
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                      false, fixed.ref());
+    EXPECT_EQ(d.action, Action::kRetry);
+  }
+}
+
+TEST_F(RetryControllerTest, DeadlineBoundaryWithRandomBackoff) {
+  // Full jitter: a fresh Backoff drawing from a copy of the generator predicts
+  // each delay, and the clock is placed exactly at (or just past) the last
+  // moment it fits.
+  const MethodPolicy policy;  // 25 ms full jitter, min_attempt_time 2 ms
+  ASSERT_EQ(policy.min_attempt_time, absl::Milliseconds(2));
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    for (bool past : {false, true}) {
+      std::mt19937_64 rng(seed);
+      std::mt19937_64 copy = rng;
+      const absl::Duration delay =
+          Backoff(policy.retry.backoff).Next(absl::BitGenRef(copy));
+      RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                        &clock_);
+      c.StartAttempt();
+      clock_.Advance(absl::Milliseconds(100) - policy.min_attempt_time - delay +
+                     (past ? absl::Nanoseconds(1) : absl::ZeroDuration()));
+      const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                        false, absl::BitGenRef(rng));
+      if (past) {
+        EXPECT_EQ(d.action, Action::kGiveUp) << seed;
+        EXPECT_EQ(d.reason, GiveUpReason::kDeadline) << seed;
+      } else {
+        EXPECT_EQ(d.action, Action::kRetry) << seed;
+        EXPECT_EQ(d.delay, delay) << seed;
+      }
+    }
+  }
+}
+
+TEST_F(RetryControllerTest, RetriesAlwaysFitTheDeadline) {
+  // Whatever the timing, a retry is only ever granted when its delay plus the
+  // minimal attempt time fits before the deadline.
+  MethodPolicy policy;
+  policy.retry.max_attempts = kMaxAttemptsCap;
+  policy.retry.backoff.initial = absl::Milliseconds(5);
+  policy.retry.backoff.max = absl::Milliseconds(80);
+  std::mt19937_64 rng(777);
+  int retries = 0, deadline_give_ups = 0;
+  for (int call = 0; call < 2000; ++call) {
+    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(150),
+                      &clock_);
+    for (;;) {
+      c.StartAttempt();
+      clock_.Advance(absl::Milliseconds(absl::Uniform(rng, 0, 40)));
+      const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                        false, absl::BitGenRef(rng));
+      if (d.action != Action::kRetry) {
+        EXPECT_TRUE(d.reason == GiveUpReason::kDeadline ||
+                    d.reason == GiveUpReason::kMaxAttempts)
+            << GiveUpReasonName(d.reason);
+        if (d.reason == GiveUpReason::kDeadline) ++deadline_give_ups;
+        break;
+      }
+      ++retries;
+      ASSERT_LE(clock_.Now() + d.delay + policy.min_attempt_time, c.deadline());
+      clock_.Advance(d.delay);
+    }
+    EXPECT_LE(c.attempts(), kMaxAttemptsCap);
+  }
+  EXPECT_GT(retries, 0);
+  EXPECT_GT(deadline_give_ups, 0);
+}
+
+TEST_F(RetryControllerTest, PolicyTimeoutShortensTheDeadline) {
+  MethodPolicy policy;
+  policy.timeout = absl::Milliseconds(50);
+  const absl::Time t0 = clock_.Now();
+  {
+    RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
+    EXPECT_EQ(c.deadline(), t0 + absl::Milliseconds(50));
+    EXPECT_EQ(c.Remaining(), absl::Milliseconds(50));
+    clock_.Advance(absl::Milliseconds(10));
+    EXPECT_EQ(c.Remaining(), absl::Milliseconds(40));
+    EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(50));
+  }
+  const absl::Time t1 = clock_.Now();
+  {
+    // The caller's earlier deadline stands.
+    RetryController c(policy, true, t1 + absl::Milliseconds(20), &clock_);
+    EXPECT_EQ(c.deadline(), t1 + absl::Milliseconds(20));
+  }
+  {
+    // No caller deadline: the policy's timeout is the deadline.
+    RetryController c(policy, true, absl::InfiniteFuture(), &clock_);
+    EXPECT_EQ(c.deadline(), t1 + absl::Milliseconds(50));
+  }
+  {
+    // No timeout: the caller's deadline as given.
+    RetryController c(MethodPolicy(), true, t1 + absl::Milliseconds(100),
+                      &clock_);
+    EXPECT_EQ(c.deadline(), t1 + absl::Milliseconds(100));
+  }
+}
+
+TEST_F(RetryControllerTest, PolicyTimeoutBoundsRetries) {
+  // timeout 50 ms, caller deadline 100 ms, delay 20 ms: the retry must fit in
+  // 50 ms, so the boundary is at 28 ms, not 78 ms.
+  FixedBitGen fixed(1.0);
+  MethodPolicy policy = A6Policy(absl::Milliseconds(20));
+  policy.timeout = absl::Milliseconds(50);
+  for (bool past : {false, true}) {
+    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                      &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Milliseconds(28) +
+                   (past ? absl::Nanoseconds(1) : absl::ZeroDuration()));
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback,
+                                      false, fixed.ref());
+    if (past) {
+      EXPECT_EQ(d.action, Action::kGiveUp);
+      EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+    } else {
+      EXPECT_EQ(d.action, Action::kRetry);
+    }
+  }
+}
+
+TEST_F(RetryControllerTest, StartAttemptReturnsEarlierOfDeadlineAndTimeout) {
+  MethodPolicy policy;
+  policy.per_attempt_timeout = absl::Milliseconds(30);
+  const absl::Time t0 = clock_.Now();
+  RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
+  EXPECT_EQ(c.attempts(), 0);
+  EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(30));
+  EXPECT_EQ(c.attempts(), 1);
+  clock_.Advance(absl::Milliseconds(50));
+  EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(80));
+  clock_.Advance(absl::Milliseconds(20));  // t0 + 70: 70 + 30 == 100
+  EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(100));
+  clock_.Advance(absl::Milliseconds(10));  // t0 + 80: capped at the deadline
+  EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(100));
+  EXPECT_EQ(c.attempts(), 4);
+}
+
+TEST_F(RetryControllerTest, StartAttemptWithoutTimeoutReturnsTheDeadline) {
+  const MethodPolicy policy;
+  const absl::Time t0 = clock_.Now();
+  RetryController finite(policy, true, t0 + absl::Milliseconds(100), &clock_);
+  EXPECT_EQ(finite.StartAttempt(), t0 + absl::Milliseconds(100));
+  RetryController infinite(policy, true, absl::InfiniteFuture(), &clock_);
+  EXPECT_EQ(infinite.StartAttempt(), absl::InfiniteFuture());
+  MethodPolicy with_timeout;
+  with_timeout.per_attempt_timeout = absl::Milliseconds(30);
+  RetryController timeout_only(with_timeout, true, absl::InfiniteFuture(),
+                               &clock_);
+  EXPECT_EQ(timeout_only.StartAttempt(), t0 + absl::Milliseconds(30));
+}
+
+TEST_F(RetryControllerTest, PerAttemptTimeoutIsRetried) {
+  MethodPolicy policy;
+  policy.per_attempt_timeout = absl::Milliseconds(30);
+  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                    &clock_);
+  const absl::Time attempt_deadline = c.StartAttempt();
+  ASSERT_LT(attempt_deadline, c.deadline());
+  clock_.Advance(absl::Milliseconds(30));
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kRetry);
+  EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+}
+
+TEST_F(RetryControllerTest, CallDeadlineExceededIsNotRetried) {
+  // The attempt's deadline is the call's (the per-attempt timeout would reach
+  // past it): DEADLINE_EXCEEDED means the call's time is up.
+  MethodPolicy policy;
+  policy.per_attempt_timeout = absl::Milliseconds(30);
+  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                    &clock_);
+  clock_.Advance(absl::Milliseconds(80));
+  const absl::Time attempt_deadline = c.StartAttempt();
+  ASSERT_EQ(attempt_deadline, c.deadline());
+  clock_.Advance(absl::Milliseconds(20));
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+  EXPECT_EQ(d.status_class, StatusClass::kFatal);
+}
+
+TEST_F(RetryControllerTest, CallDeadlineExceededWithoutTimeoutIsNotRetried) {
+  const MethodPolicy policy;
+  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                    &clock_);
+  ASSERT_EQ(c.StartAttempt(), c.deadline());
+  clock_.Advance(absl::Milliseconds(100));
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+}
+
+TEST_F(RetryControllerTest, EarlyDeadlineExceededWithCallDeadlineIsFatal) {
+  // DEADLINE_EXCEEDED before any deadline of ours passed (say, the server's
+  // own): not a per-attempt timeout, so not retried.
+  const MethodPolicy policy;
+  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                    &clock_);
+  c.StartAttempt();
+  clock_.Advance(absl::Milliseconds(10));
+  const Decision d =
+      c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback, false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kFatal);
+}
+
+TEST_F(RetryControllerTest, PerAttemptTimeoutThatDoesNotFitGivesUpAsDeadline) {
+  FixedBitGen fixed(1.0);
+  MethodPolicy policy = A6Policy(absl::Milliseconds(20));
+  policy.per_attempt_timeout = absl::Milliseconds(90);
+  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                    &clock_);
+  ASSERT_LT(c.StartAttempt(), c.deadline());
+  clock_.Advance(absl::Milliseconds(90));  // 90 + 20 + 2 > 100
+  const Decision d = c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback,
+                                    false, fixed.ref());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+  EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+}
+
+// ---------------------------------------------------------------------------
+// Server pushback.
+
+TEST(ParsePushbackTest, NonNegativeIntegersRetryAfterExactly) {
+  struct {
+    absl::string_view text;
+    absl::Duration delay;
+  } const cases[] = {
+      {"250", absl::Milliseconds(250)}, {"0", absl::ZeroDuration()},
+      {"1", absl::Milliseconds(1)},     {"007", absl::Milliseconds(7)},
+      {"3600000", absl::Hours(1)},
+  };
+  for (const auto& c : cases) {
+    const Pushback p = ParsePushback(c.text);
+    EXPECT_EQ(p.kind, Pushback::Kind::kRetryAfter) << c.text;
+    EXPECT_EQ(p.delay, c.delay) << c.text;
+  }
+}
+
+TEST(ParsePushbackTest, AnythingElseStops) {
+  for (absl::string_view text :
+       {"-1", "", "abc", "+5", " 5", "5 ", "99999999999999999999", "1.5",
+        "0x10", "-0", "5ms", "1e3"}) {
+    EXPECT_EQ(ParsePushback(text).kind, Pushback::Kind::kStop)
+        << "\"" << text << "\"";
+  }
+}
+
+TEST_F(RetryControllerTest, PushbackDelayIsUsedExactlyAndResetsBackoff) {
+  FixedBitGen fixed(1.0);
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 10);
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(100), &clock_);
+  auto attempt = [&](const Pushback& pushback) {
+    c.StartAttempt();
+    const Decision d =
+        c.OnAttemptEnd(StatusCode::UNAVAILABLE, pushback, false, fixed.ref());
+    EXPECT_EQ(d.action, Action::kRetry);
+    clock_.Advance(d.delay);
+    return d.delay;
+  };
+  EXPECT_EQ(attempt(kNoPushback), absl::Milliseconds(10));
+  EXPECT_EQ(attempt(kNoPushback), absl::Milliseconds(20));
+  EXPECT_EQ(attempt(kNoPushback), absl::Milliseconds(40));
+  // The server's delay, exactly, even above the backoff's max.
+  EXPECT_EQ(attempt(ParsePushback("250")), absl::Milliseconds(250));
+  EXPECT_EQ(attempt(ParsePushback("5000")), absl::Seconds(5));
+  EXPECT_EQ(attempt(ParsePushback("0")), absl::ZeroDuration());
+  // The backoff started over: back to `initial`, not 80 ms.
+  EXPECT_EQ(attempt(kNoPushback), absl::Milliseconds(10));
+  EXPECT_EQ(attempt(kNoPushback), absl::Milliseconds(20));
+}
+
+TEST_F(RetryControllerTest, PushbackDelayMustFitTheDeadline) {
+  const MethodPolicy policy;
+  for (bool past : {false, true}) {
+    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+                      &clock_);
+    c.StartAttempt();
+    // A 50 ms pushback plus the 2 ms minimal attempt time fits a 100 ms
+    // deadline up to 48 ms after the start, and not a nanosecond later.
+    clock_.Advance(absl::Milliseconds(48) +
+                   (past ? absl::Nanoseconds(1) : absl::ZeroDuration()));
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE,
+                                      ParsePushback("50"), false, gen());
+    if (past) {
+      EXPECT_EQ(d.action, Action::kGiveUp);
+      EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+    } else {
+      EXPECT_EQ(d.action, Action::kRetry);
+      EXPECT_EQ(d.delay, absl::Milliseconds(50));
+    }
+  }
+}
+
+TEST_F(RetryControllerTest, PushbackStopGivesUp) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 5;
+  for (absl::string_view value : {"-1", "", "abc", "+5", " 5"}) {
+    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE,
+                                      ParsePushback(value), false, gen());
+    EXPECT_EQ(d.action, Action::kGiveUp) << "\"" << value << "\"";
+    EXPECT_EQ(d.reason, GiveUpReason::kPushbackStop) << "\"" << value << "\"";
+    EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+  }
+}
+
+TEST_F(RetryControllerTest, PushbackDoesNotExtendMaxAttempts) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 2;
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  c.StartAttempt();
+  Decision d =
+      c.OnAttemptEnd(StatusCode::UNAVAILABLE, ParsePushback("1"), false, gen());
+  ASSERT_EQ(d.action, Action::kRetry);
+  clock_.Advance(d.delay);
+  c.StartAttempt();
+  d = c.OnAttemptEnd(StatusCode::UNAVAILABLE, ParsePushback("1"), false, gen());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+}
+
+// ---------------------------------------------------------------------------
+// Names and messages.
+
+TEST(GiveUpReasonNameTest, EveryValue) {
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kNone), "none");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kMaxAttempts), "max_attempts");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kDeadline), "deadline");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kFatal), "fatal");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kAuth), "auth");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kNotIdempotent), "not_idempotent");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kCancelled), "cancelled");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kBudgetExhausted),
+            "budget_exhausted");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kBreakerOpen), "breaker_open");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kPushbackStop), "pushback_stop");
+}
+
+TEST(AnnotateMessageTest, ExactStrings) {
+  EXPECT_EQ(AnnotateMessage("injected", 3, GiveUpReason::kDeadline),
+            "injected [rpcguard: 3 attempts, gave up: deadline]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kNotIdempotent),
+            "x [rpcguard: 1 attempt, gave up: not_idempotent]");
+  EXPECT_EQ(AnnotateMessage("boom", 2, GiveUpReason::kNone),
+            "boom [rpcguard: 2 attempts]");
+  EXPECT_EQ(AnnotateMessage("", 3, GiveUpReason::kMaxAttempts),
+            "[rpcguard: 3 attempts, gave up: max_attempts]");
+  EXPECT_EQ(AnnotateMessage("", 2, GiveUpReason::kNone),
+            "[rpcguard: 2 attempts]");
+  EXPECT_EQ(AnnotateMessage("no", 4, GiveUpReason::kFatal),
+            "no [rpcguard: 4 attempts, gave up: fatal]");
+  EXPECT_EQ(AnnotateMessage("no", 2, GiveUpReason::kAuth),
+            "no [rpcguard: 2 attempts, gave up: auth]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kPushbackStop),
+            "x [rpcguard: 1 attempt, gave up: pushback_stop]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kDeadline),
+            "x [rpcguard: 1 attempt, gave up: deadline]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kMaxAttempts),
+            "x [rpcguard: 1 attempt, gave up: max_attempts]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kBudgetExhausted),
+            "x [rpcguard: 1 attempt, gave up: budget_exhausted]");
+  EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kBreakerOpen),
+            "x [rpcguard: 1 attempt, gave up: breaker_open]");
+}
+
+TEST(AnnotateMessageTest, OneAttemptWithNothingToSayIsUnchanged) {
+  for (GiveUpReason reason : {GiveUpReason::kNone, GiveUpReason::kFatal,
+                              GiveUpReason::kAuth, GiveUpReason::kCancelled}) {
+    EXPECT_EQ(AnnotateMessage("x", 1, reason), "x") << GiveUpReasonName(reason);
+    EXPECT_EQ(AnnotateMessage("", 1, reason), "") << GiveUpReasonName(reason);
+  }
+}
+
+}  // namespace
+}  // namespace rpcguard
