@@ -705,11 +705,11 @@ std::vector<MethodSummary> TraceReader::Methods() const {
     MethodSummary& m = out[c.method];
     const int made = c.attempts_sent >= 0 ? c.attempts_sent : c.max_attempt;
     if (made >= 2 || c.backoff > absl::ZeroDuration()) ++m.retried_calls;
+    ++m.calls;
     if (c.attempts_sent < 0) {
       ++m.incomplete;
       continue;
     }
-    ++m.calls;
     if (c.done) ++m.done;
     if (c.gave_up && !c.done) ++m.gave_up;
     ++m.attempts_per_call[std::min(c.attempts_sent, 10)];
@@ -726,28 +726,29 @@ std::string TraceReader::Summary() const {
   for (const MethodSummary& m : Methods()) {
     absl::StrAppend(&out, "\n", m.method.empty() ? "(no method)" : m.method,
                     "\n");
+    const auto or_dash = [](std::string s) { return s.empty() ? "-" : s; };
     std::vector<std::vector<std::string>> rows;
-    rows.push_back({"calls", absl::StrCat(m.calls),
-                    absl::StrCat("done ", m.done, ", gave up ", m.gave_up,
-                                 ", incomplete ", m.incomplete)});
     rows.push_back(
-        {"attempts", absl::StrCat(m.attempts),
-         absl::StrCat("retries ", m.retries, " (",
+        {"calls", absl::StrCat(m.calls, " (done ", m.done, ", gave up ",
+                               m.gave_up, ", incomplete ", m.incomplete, ")")});
+    rows.push_back(
+        {"attempts",
+         absl::StrCat(m.attempts, " (retries ", m.retries, ", ",
                       Percent(m.retries, m.attempts), " of attempts)")});
     rows.push_back(
-        {"retried calls", absl::StrCat(m.retried_calls),
-         absl::StrCat(Percent(m.retried_calls, m.calls + m.incomplete),
-                      " of calls")});
-    rows.push_back({"attempts/call", "",
-                    absl::StrJoin(m.attempts_per_call, " ",
-                                  [](std::string* o, const auto& kv) {
-                                    absl::StrAppend(o, kv.first,
-                                                    kv.first == 10 ? "+" : "",
-                                                    ":", kv.second);
-                                  })});
-    rows.push_back({"gave up", "", Counts(m.give_ups)});
-    rows.push_back({"failed fast", "", Counts(m.fail_fasts)});
-    rows.push_back({"total backoff", Ms(m.total_backoff), "ms"});
+        {"retried calls",
+         absl::StrCat(m.retried_calls, " (", Percent(m.retried_calls, m.calls),
+                      " of calls)")});
+    rows.push_back(
+        {"attempts/call",
+         or_dash(absl::StrJoin(
+             m.attempts_per_call, " ", [](std::string* o, const auto& kv) {
+               absl::StrAppend(o, kv.first, kv.first == 10 ? "+" : "", ":",
+                               kv.second);
+             }))});
+    rows.push_back({"gave up", or_dash(Counts(m.give_ups))});
+    rows.push_back({"failed fast", or_dash(Counts(m.fail_fasts))});
+    rows.push_back({"total backoff", absl::StrCat(Ms(m.total_backoff), " ms")});
     absl::StrAppend(&out, Table(rows, "  "));
   }
 

@@ -58,18 +58,18 @@ struct ReaderOptions {
 // One method's numbers, as read from a log.
 struct MethodSummary {
   std::string method;
-  // Calls with a terminal event, and how they ended.
+  // Calls seen (with any event), and how they ended: done, gave up, or
+  // incomplete (no terminal event: the log was cut, or they were still
+  // running).
   int64_t calls = 0;
   int64_t done = 0;
   int64_t gave_up = 0;
-  // Calls with events but no terminal event (the log was cut, or they were
-  // still running).
   int64_t incomplete = 0;
   int64_t attempts = 0;  // attempt events
   int64_t retries = 0;   // attempt events that decided to retry
   // Calls that made more than one attempt.
   int64_t retried_calls = 0;
-  // Calls by attempts sent: key 10 holds 10 and more.
+  // Finished calls by attempts sent: key 10 holds 10 and more.
   std::map<int, int64_t> attempts_per_call;
   std::map<std::string, int64_t> give_ups;    // by reason name
   std::map<std::string, int64_t> fail_fasts;  // by reason name
