@@ -195,8 +195,8 @@ class LogfmtSink final : public TraceSink {
   // Writes to stderr.
   LogfmtSink() : LogfmtSink(stderr) {}
 
-  // Writes to `file`, which must stay open while the sink lives; the sink
-  // does not close it.
+  // Writes to `file` (non-null), which must stay open while the sink lives; the
+  // sink does not close it.
   explicit LogfmtSink(FILE* file) : file_(file) {}
 
   void Write(const TraceEvent& event) override;
@@ -225,7 +225,7 @@ class JsonLinesSink final : public TraceSink {
   void Write(const TraceEvent& event) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  JsonLinesSink(std::unique_ptr<std::ostream> owned);
+  explicit JsonLinesSink(std::unique_ptr<std::ostream> owned);
 
   absl::Mutex mu_;
   // Owned when the sink opened the file itself.
