@@ -188,8 +188,8 @@ class TraceSink {
 //
 // Thread-safe. Each line is formatted with no lock held, then written with a
 // single fwrite and flushed while holding only the FILE's own lock (stdio's
-// flockfile), so lines of concurrent calls never interleave and a line is on
-// its way to the file before the call completes.
+// flockfile), so lines of concurrent calls never interleave and each line
+// has left stdio's buffer when Write returns.
 class LogfmtSink final : public TraceSink {
  public:
   // Writes to stderr.
