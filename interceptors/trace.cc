@@ -1,0 +1,363 @@
+// Copyright rpcguard authors.
+
+#include "interceptors/trace.h"
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rpcguard {
+namespace {
+
+constexpr char kTimeFormat[] = "%Y-%m-%dT%H:%M:%E6SZ";
+
+// Lowercase, as people write it ("retriable"); StatusClassName is for code.
+absl::string_view ClassText(StatusClass c) {
+  switch (c) {
+    case StatusClass::kOk:
+      return "ok";
+    case StatusClass::kRetriable:
+      return "retriable";
+    case StatusClass::kFatal:
+      return "fatal";
+    case StatusClass::kAuth:
+      return "auth";
+  }
+  return "ok";
+}
+
+absl::string_view Level(const TraceEvent& e) {
+  switch (e.kind) {
+    case TraceEvent::Kind::kAttempt:
+      return e.decision == TraceDecision::kGiveUp ? "warn" : "info";
+    case TraceEvent::Kind::kFailFast:
+      return "warn";
+    case TraceEvent::Kind::kBreakerTransition:
+      return e.to_state == "open" ? "warn" : "info";
+  }
+  return "info";
+}
+
+// Milliseconds with microsecond precision, computed on integers so that the
+// text is exact and parses back to the same Duration: "12.3", "0", "-1.5".
+std::string FormatMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return "inf";
+  if (d == -absl::InfiniteDuration()) return "-inf";
+  const int64_t us = absl::ToInt64Microseconds(d);
+  const bool negative = us < 0;
+  // Unsigned, so that the most negative value does not overflow.
+  const uint64_t abs_us =
+      negative ? 0 - static_cast<uint64_t>(us) : static_cast<uint64_t>(us);
+  std::string out = absl::StrCat(negative ? "-" : "", abs_us / 1000);
+  uint64_t frac = abs_us % 1000;
+  if (frac != 0) {
+    int digits = 3;
+    while (frac % 10 == 0) {
+      frac /= 10;
+      --digits;
+    }
+    absl::StrAppend(&out, ".", absl::StrFormat("%0*d", digits, frac));
+  }
+  return out;
+}
+
+bool NeedsQuotes(absl::string_view v) {
+  if (v.empty() || v == "-") return true;
+  for (unsigned char c : v) {
+    if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void AppendLogfmtValue(std::string* out, absl::string_view v) {
+  if (!NeedsQuotes(v)) {
+    out->append(v.data(), v.size());
+    return;
+  }
+  out->push_back('"');
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+// Length of the valid UTF-8 sequence at the start of `s`, or 0 if it is not
+// one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF,
+// truncated).
+size_t Utf8SequenceLength(absl::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = b(0);
+  size_t n;
+  uint32_t min;
+  uint32_t cp;
+  if (c < 0x80) return 1;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2, min = 0x80, cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3, min = 0x800, cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4, min = 0x10000, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) return 0;
+  for (size_t i = 1; i < n; ++i) {
+    if ((b(i) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+void AppendJsonString(std::string* out, absl::string_view v) {
+  out->push_back('"');
+  while (!v.empty()) {
+    const unsigned char c = v[0];
+    if (c >= 0x80) {
+      const size_t n = Utf8SequenceLength(v);
+      if (n == 0) {
+        out->append("\\ufffd");
+        v.remove_prefix(1);
+      } else {
+        out->append(v.data(), n);
+        v.remove_prefix(n);
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+    v.remove_prefix(1);
+  }
+  out->push_back('"');
+}
+
+// Writes the fields of an event in order, in one of the two syntaxes, so
+// that the logfmt and JSON formats cannot drift apart.
+class LineWriter {
+ public:
+  explicit LineWriter(bool json) : json_(json) {
+    if (json_) out_.push_back('{');
+  }
+
+  // A string field; empty is written as "-" (logfmt) or null (JSON).
+  void String(absl::string_view key, absl::string_view value) {
+    Key(key);
+    if (json_) {
+      if (value.empty()) {
+        out_.append("null");
+      } else {
+        AppendJsonString(&out_, value);
+      }
+    } else if (value.empty()) {
+      out_.push_back('-');
+    } else {
+      AppendLogfmtValue(&out_, value);
+    }
+  }
+
+  // A number, already formatted; "inf" is null in JSON.
+  void Number(absl::string_view key, absl::string_view text) {
+    Key(key);
+    if (json_ && (text == "inf" || text == "-inf")) {
+      out_.append("null");
+    } else {
+      out_.append(text.data(), text.size());
+    }
+  }
+
+  std::string Finish() && {
+    if (json_) out_.push_back('}');
+    out_.push_back('\n');
+    return std::move(out_);
+  }
+
+ private:
+  void Key(absl::string_view key) {
+    if (json_) {
+      if (!first_) out_.push_back(',');
+      absl::StrAppend(&out_, "\"", key, "\":");
+    } else {
+      if (!first_) out_.push_back(' ');
+      absl::StrAppend(&out_, key, "=");
+    }
+    first_ = false;
+  }
+
+  const bool json_;
+  bool first_ = true;
+  std::string out_;
+};
+
+std::string Format(const TraceEvent& e, bool json) {
+  LineWriter w(json);
+  w.String("ts", absl::FormatTime(kTimeFormat, e.time, absl::UTCTimeZone()));
+  w.String("level", Level(e));
+  w.String("msg", "rpcguard");
+  w.String("event", TraceEventKindName(e.kind));
+  if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+    if (e.call_id != 0) w.String("call", FormatCallId(e.call_id));
+    if (!e.method.empty()) w.String("method", e.method);
+    w.String("breaker_key", e.breaker_key);
+    w.String("from", e.from_state);
+    w.String("to", e.to_state);
+  } else {
+    w.String("call", FormatCallId(e.call_id));
+    w.String("method", e.method);
+    w.Number("attempt", absl::StrCat(e.attempt));
+    w.String("code", StatusCodeName(e.code));
+    w.String("class", ClassText(e.status_class));
+    w.String("decision", TraceDecisionName(e.decision));
+    w.String("reason", e.reason == GiveUpReason::kNone
+                           ? absl::string_view()
+                           : GiveUpReasonName(e.reason));
+    w.Number("backoff_ms", FormatMs(e.backoff));
+    w.Number("deadline_left_ms", FormatMs(e.deadline_left));
+    w.String("breaker", e.breaker_state);
+    w.String("breaker_key", e.breaker_key);
+    w.String("key", e.idempotency_key);
+  }
+  if (!e.message.empty()) w.String("message", e.message);
+  return std::move(w).Finish();
+}
+
+}  // namespace
+
+absl::string_view TraceDecisionName(TraceDecision decision) {
+  switch (decision) {
+    case TraceDecision::kDone:
+      return "done";
+    case TraceDecision::kRetry:
+      return "retry";
+    case TraceDecision::kGiveUp:
+      return "give_up";
+  }
+  return "done";
+}
+
+absl::string_view TraceEventKindName(TraceEvent::Kind kind) {
+  switch (kind) {
+    case TraceEvent::Kind::kAttempt:
+      return "attempt";
+    case TraceEvent::Kind::kFailFast:
+      return "fail_fast";
+    case TraceEvent::Kind::kBreakerTransition:
+      return "breaker";
+  }
+  return "attempt";
+}
+
+bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event) {
+  switch (verbosity) {
+    case TraceVerbosity::kOff:
+      return false;
+    case TraceVerbosity::kAll:
+      return true;
+    case TraceVerbosity::kGiveUps:
+      return event.kind != TraceEvent::Kind::kAttempt ||
+             event.decision == TraceDecision::kGiveUp;
+    case TraceVerbosity::kRetries:
+      return event.kind != TraceEvent::Kind::kAttempt ||
+             event.decision != TraceDecision::kDone || event.attempt >= 2;
+  }
+  return false;
+}
+
+std::string FormatLogfmt(const TraceEvent& event) {
+  return Format(event, /*json=*/false);
+}
+
+std::string FormatJson(const TraceEvent& event) {
+  return Format(event, /*json=*/true);
+}
+
+std::string FormatCallId(uint64_t call_id) {
+  return absl::StrCat(absl::Hex(call_id));
+}
+
+void LogfmtSink::Write(const TraceEvent& event) {
+  const std::string line = FormatLogfmt(event);
+  // The FILE's own lock, so that this sink and anything else writing to the
+  // same FILE (stderr) never interleave within a line.
+  flockfile(file_);
+  fwrite(line.data(), 1, line.size(), file_);
+  fflush(file_);
+  funlockfile(file_);
+}
+
+JsonLinesSink::JsonLinesSink(std::unique_ptr<std::ostream> owned)
+    : owned_(std::move(owned)), out_(owned_.get()) {}
+
+JsonLinesSink::~JsonLinesSink() = default;
+
+absl::StatusOr<std::unique_ptr<JsonLinesSink>> JsonLinesSink::Open(
+    const std::string& path) {
+  auto file = std::make_unique<std::ofstream>(
+      path, std::ios::out | std::ios::app | std::ios::binary);
+  if (!file->is_open()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open trace file ", path));
+  }
+  return std::unique_ptr<JsonLinesSink>(new JsonLinesSink(std::move(file)));
+}
+
+void JsonLinesSink::Write(const TraceEvent& event) {
+  const std::string line = FormatJson(event);
+  absl::MutexLock lock(&mu_);
+  out_->write(line.data(), static_cast<std::streamsize>(line.size()));
+  out_->flush();
+}
+
+}  // namespace rpcguard

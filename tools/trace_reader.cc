@@ -1,0 +1,886 @@
+// Copyright rpcguard authors.
+//
+// The parser is written for hostile input (it gets a fuzzer): every index is
+// checked against the line's length, nesting is bounded, and every loop
+// consumes at least one byte per turn.
+
+#include "tools/trace_reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace rpcguard {
+namespace {
+
+// One key=value of a line. `absent`: logfmt's bare "-" or JSON's null.
+struct Field {
+  std::string key;
+  std::string value;
+  bool absent = false;
+};
+using Fields = std::vector<Field>;
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Reads 4 hex digits at s[i..i+4).
+std::optional<uint32_t> Hex4(absl::string_view s, size_t i) {
+  if (i + 4 > s.size()) return std::nullopt;
+  uint32_t v = 0;
+  for (size_t k = i; k < i + 4; ++k) {
+    const int h = HexValue(s[k]);
+    if (h < 0) return std::nullopt;
+    v = v * 16 + static_cast<uint32_t>(h);
+  }
+  return v;
+}
+
+void AppendUtf8(std::string* out, uint32_t cp) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
+// Reads a double-quoted string starting at s[*i] == '"', with the escapes
+// both writers use (\uXXXX with surrogate pairs included). Leaves *i after
+// the closing quote. `strict`: reject unknown escapes (JSON); logfmt keeps
+// them as written.
+absl::Status ReadQuoted(absl::string_view s, size_t* i, bool strict,
+                        std::string* out) {
+  size_t p = *i + 1;
+  while (p < s.size()) {
+    const char c = s[p];
+    if (c == '"') {
+      *i = p + 1;
+      return absl::OkStatus();
+    }
+    if (c != '\\') {
+      out->push_back(c);
+      ++p;
+      continue;
+    }
+    if (p + 1 >= s.size()) break;
+    const char e = s[p + 1];
+    p += 2;
+    switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        out->push_back(e);
+        break;
+      case 'n':
+        out->push_back('\n');
+        break;
+      case 'r':
+        out->push_back('\r');
+        break;
+      case 't':
+        out->push_back('\t');
+        break;
+      case 'b':
+        out->push_back('\b');
+        break;
+      case 'f':
+        out->push_back('\f');
+        break;
+      case 'u': {
+        std::optional<uint32_t> cp = Hex4(s, p);
+        if (!cp) return absl::InvalidArgumentError("bad \\u escape");
+        p += 4;
+        if (*cp >= 0xd800 && *cp <= 0xdbff) {
+          std::optional<uint32_t> low;
+          if (p + 1 < s.size() && s[p] == '\\' && s[p + 1] == 'u') {
+            low = Hex4(s, p + 2);
+          }
+          if (low && *low >= 0xdc00 && *low <= 0xdfff) {
+            p += 6;
+            *cp = 0x10000 + ((*cp - 0xd800) << 10) + (*low - 0xdc00);
+          } else {
+            *cp = 0xfffd;  // an unpaired surrogate
+          }
+        } else if (*cp >= 0xdc00 && *cp <= 0xdfff) {
+          *cp = 0xfffd;
+        }
+        AppendUtf8(out, *cp);
+        break;
+      }
+      default:
+        if (strict) return absl::InvalidArgumentError("bad escape");
+        out->push_back('\\');
+        out->push_back(e);
+    }
+  }
+  return absl::InvalidArgumentError("unterminated quoted string");
+}
+
+// Splits a logfmt line into its key=value pairs. Words without '=' (a
+// prefix's timestamp, a logger's file:line) are skipped.
+absl::Status ParseLogfmt(absl::string_view s, Fields* fields) {
+  size_t i = 0;
+  while (i < s.size()) {
+    if (IsSpace(s[i])) {
+      ++i;
+      continue;
+    }
+    std::string ignored;
+    if (s[i] == '"') {  // a quoted word with no key
+      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &ignored);
+      if (!st.ok()) return st;
+      continue;
+    }
+    const size_t start = i;
+    while (i < s.size() && !IsSpace(s[i]) && s[i] != '=' && s[i] != '"') ++i;
+    Field f;
+    f.key = std::string(s.substr(start, i - start));
+    if (i >= s.size() || IsSpace(s[i])) continue;  // a bare word
+    if (s[i] == '"') {                             // word"quoted": not a pair
+      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &ignored);
+      if (!st.ok()) return st;
+      continue;
+    }
+    ++i;  // '='
+    if (i < s.size() && s[i] == '"') {
+      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &f.value);
+      if (!st.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(st.message(), " in ", f.key.substr(0, 40)));
+      }
+    } else {
+      const size_t v = i;
+      while (i < s.size() && !IsSpace(s[i])) ++i;
+      f.value = std::string(s.substr(v, i - v));
+      // Only the writer's bare "-" means "no value"; a quoted "-" is text.
+      f.absent = f.value.empty() || f.value == "-";
+    }
+    fields->push_back(std::move(f));
+  }
+  return absl::OkStatus();
+}
+
+// A minimal JSON reader for one object per line: scalar members are kept as
+// text, nested objects and arrays are checked and skipped.
+class JsonParser {
+ public:
+  explicit JsonParser(absl::string_view s) : s_(s) {}
+
+  // Parses the object at s[*pos]; the rest of the line is ignored.
+  absl::Status ParseObject(size_t pos, Fields* fields) {
+    i_ = pos;
+    return Object(fields, 0);
+  }
+
+ private:
+  static constexpr int kMaxDepth = 32;
+
+  void SkipSpace() {
+    while (i_ < s_.size() && IsSpace(s_[i_])) ++i_;
+  }
+
+  bool Consume(char c) {
+    SkipSpace();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+
+  absl::Status Error(absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad JSON: ", what, " at byte ", i_));
+  }
+
+  // `fields` is null inside nested values, whose members are not kept.
+  absl::Status Object(Fields* fields, int depth) {
+    if (depth > kMaxDepth) return Error("nested too deep");
+    if (!Consume('{')) return Error("expected {");
+    if (Consume('}')) return absl::OkStatus();
+    while (true) {
+      SkipSpace();
+      if (i_ >= s_.size() || s_[i_] != '"') return Error("expected a key");
+      Field f;
+      absl::Status st = ReadQuoted(s_, &i_, /*strict=*/true, &f.key);
+      if (!st.ok()) return Error(st.message());
+      if (!Consume(':')) return Error("expected :");
+      st = Value(&f, depth);
+      if (!st.ok()) return st;
+      if (fields != nullptr) fields->push_back(std::move(f));
+      if (Consume(',')) continue;
+      if (Consume('}')) return absl::OkStatus();
+      return Error("expected , or }");
+    }
+  }
+
+  absl::Status Array(int depth) {
+    if (depth > kMaxDepth) return Error("nested too deep");
+    ++i_;  // '['
+    if (Consume(']')) return absl::OkStatus();
+    while (true) {
+      Field ignored;
+      absl::Status st = Value(&ignored, depth);
+      if (!st.ok()) return st;
+      if (Consume(',')) continue;
+      if (Consume(']')) return absl::OkStatus();
+      return Error("expected , or ]");
+    }
+  }
+
+  absl::Status Value(Field* f, int depth) {
+    SkipSpace();
+    if (i_ >= s_.size()) return Error("truncated");
+    const char c = s_[i_];
+    if (c == '"') {
+      absl::Status st = ReadQuoted(s_, &i_, /*strict=*/true, &f->value);
+      return st.ok() ? st : Error(st.message());
+    }
+    if (c == '{') {
+      f->absent = true;
+      return Object(nullptr, depth + 1);
+    }
+    if (c == '[') {
+      f->absent = true;
+      return Array(depth + 1);
+    }
+    const size_t start = i_;
+    while (i_ < s_.size() && (absl::ascii_isalnum(s_[i_]) || s_[i_] == '-' ||
+                              s_[i_] == '+' || s_[i_] == '.')) {
+      ++i_;
+    }
+    const absl::string_view word = s_.substr(start, i_ - start);
+    if (word.empty()) return Error("expected a value");
+    if (word == "null") {
+      f->absent = true;
+    } else {
+      // Numbers, true and false, as text; the field's reader validates.
+      f->value = std::string(word);
+    }
+    return absl::OkStatus();
+  }
+
+  const absl::string_view s_;
+  size_t i_ = 0;
+};
+
+// Finds `"msg"` : `"rpcguard"` (any spacing) and returns its position.
+std::optional<size_t> FindJsonMarker(absl::string_view s) {
+  size_t from = 0;
+  while (true) {
+    const size_t at = s.find("\"msg\"", from);
+    if (at == absl::string_view::npos) return std::nullopt;
+    size_t i = at + 5;
+    while (i < s.size() && IsSpace(s[i])) ++i;
+    if (i < s.size() && s[i] == ':') {
+      ++i;
+      while (i < s.size() && IsSpace(s[i])) ++i;
+      if (absl::StartsWith(s.substr(i), "\"rpcguard\"")) return at;
+    }
+    from = at + 1;
+  }
+}
+
+// The value of `key` (the last one, if repeated), or null if missing.
+const Field* Find(const Fields& fields, absl::string_view key) {
+  for (auto it = fields.rbegin(); it != fields.rend(); ++it) {
+    if (it->key == key) return &*it;
+  }
+  return nullptr;
+}
+
+// Reads fields into an event, checking each. Fields the writers always write
+// are required, so that a line cut short is reported rather than read wrong.
+class EventBuilder {
+ public:
+  explicit EventBuilder(const Fields& fields) : fields_(fields) {}
+
+  absl::StatusOr<TraceEvent> Build() {
+    const Field* msg = Find(fields_, "msg");
+    if (msg == nullptr || msg->value != "rpcguard") {
+      return absl::NotFoundError("not an rpcguard event");
+    }
+    TraceEvent e;
+    const Field* kind = Find(fields_, "event");
+    if (kind == nullptr) return Missing("event");
+    if (kind->value == "attempt") {
+      e.kind = TraceEvent::Kind::kAttempt;
+    } else if (kind->value == "fail_fast") {
+      e.kind = TraceEvent::Kind::kFailFast;
+    } else if (kind->value == "breaker") {
+      e.kind = TraceEvent::Kind::kBreakerTransition;
+    } else {
+      return Bad("event", kind->value);
+    }
+
+    const Field* ts = Find(fields_, "ts");
+    if (ts == nullptr) return Missing("ts");
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, ts->value, &e.time, &err)) {
+      return Bad("ts", ts->value);
+    }
+
+    absl::Status st;
+    if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+      st.Update(CallId(/*required=*/false, &e.call_id));
+      st.Update(String("method", /*required=*/false, &e.method));
+      st.Update(String("breaker_key", true, &e.breaker_key));
+      st.Update(String("from", true, &e.from_state));
+      st.Update(String("to", true, &e.to_state));
+    } else {
+      st.Update(CallId(/*required=*/true, &e.call_id));
+      st.Update(String("method", true, &e.method));
+      st.Update(Attempt(&e.attempt));
+      st.Update(Code(&e.code));
+      st.Update(Class(&e.status_class));
+      st.Update(Decision(&e.decision));
+      st.Update(Reason(&e.reason));
+      st.Update(Millis("backoff_ms", &e.backoff));
+      st.Update(Millis("deadline_left_ms", &e.deadline_left));
+      st.Update(String("breaker", true, &e.breaker_state));
+      st.Update(String("breaker_key", true, &e.breaker_key));
+      st.Update(String("key", true, &e.idempotency_key));
+    }
+    st.Update(String("message", false, &e.message));
+    if (!st.ok()) return st;
+    return e;
+  }
+
+ private:
+  static absl::Status Missing(absl::string_view key) {
+    return absl::InvalidArgumentError(absl::StrCat("missing field ", key));
+  }
+  static absl::Status Bad(absl::string_view key, absl::string_view value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad ", key, "=", absl::CEscape(value.substr(0, 40)),
+                     value.size() > 40 ? "..." : ""));
+  }
+
+  // The field's text; Missing if required and not there.
+  absl::StatusOr<const Field*> Get(absl::string_view key, bool required) {
+    const Field* f = Find(fields_, key);
+    if (f == nullptr && required) return Missing(key);
+    return f;
+  }
+
+  absl::Status String(absl::string_view key, bool required, std::string* out) {
+    absl::StatusOr<const Field*> f = Get(key, required);
+    if (!f.ok()) return f.status();
+    if (*f != nullptr && !(*f)->absent) *out = (*f)->value;
+    return absl::OkStatus();
+  }
+
+  absl::Status CallId(bool required, uint64_t* out) {
+    absl::StatusOr<const Field*> f = Get("call", required);
+    if (!f.ok()) return f.status();
+    if (*f == nullptr || ((*f)->absent && !required)) return absl::OkStatus();
+    std::optional<uint64_t> id = ParseCallId((*f)->value);
+    if (!id) return Bad("call", (*f)->value);
+    *out = *id;
+    return absl::OkStatus();
+  }
+
+  absl::Status Attempt(int* out) {
+    absl::StatusOr<const Field*> f = Get("attempt", true);
+    if (!f.ok()) return f.status();
+    int n;
+    if (!absl::SimpleAtoi((*f)->value, &n) || n < 0) {
+      return Bad("attempt", (*f)->value);
+    }
+    *out = n;
+    return absl::OkStatus();
+  }
+
+  absl::Status Code(grpc::StatusCode* out) {
+    absl::StatusOr<const Field*> f = Get("code", true);
+    if (!f.ok()) return f.status();
+    absl::StatusOr<grpc::StatusCode> code = ParseStatusCode((*f)->value);
+    if (!code.ok()) return Bad("code", (*f)->value);
+    *out = *code;
+    return absl::OkStatus();
+  }
+
+  absl::Status Class(StatusClass* out) {
+    absl::StatusOr<const Field*> f = Get("class", true);
+    if (!f.ok()) return f.status();
+    const std::string v = absl::AsciiStrToLower((*f)->value);
+    if (v == "ok") {
+      *out = StatusClass::kOk;
+    } else if (v == "retriable") {
+      *out = StatusClass::kRetriable;
+    } else if (v == "fatal") {
+      *out = StatusClass::kFatal;
+    } else if (v == "auth") {
+      *out = StatusClass::kAuth;
+    } else {
+      return Bad("class", (*f)->value);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Decision(TraceDecision* out) {
+    absl::StatusOr<const Field*> f = Get("decision", true);
+    if (!f.ok()) return f.status();
+    for (TraceDecision d : {TraceDecision::kDone, TraceDecision::kRetry,
+                            TraceDecision::kGiveUp}) {
+      if ((*f)->value == TraceDecisionName(d)) {
+        *out = d;
+        return absl::OkStatus();
+      }
+    }
+    return Bad("decision", (*f)->value);
+  }
+
+  absl::Status Reason(GiveUpReason* out) {
+    absl::StatusOr<const Field*> f = Get("reason", true);
+    if (!f.ok()) return f.status();
+    if ((*f)->absent) return absl::OkStatus();
+    for (int i = 0; i <= static_cast<int>(GiveUpReason::kPushbackStop); ++i) {
+      const auto r = static_cast<GiveUpReason>(i);
+      if ((*f)->value == GiveUpReasonName(r)) {
+        *out = r;
+        return absl::OkStatus();
+      }
+    }
+    return Bad("reason", (*f)->value);
+  }
+
+  // Milliseconds ("12.3", "inf"; null is infinite) into a Duration, rounded
+  // to the microsecond the writer wrote.
+  absl::Status Millis(absl::string_view key, absl::Duration* out) {
+    absl::StatusOr<const Field*> f = Get(key, true);
+    if (!f.ok()) return f.status();
+    const std::string& v = (*f)->value;
+    if ((*f)->absent || v == "inf") {
+      *out = absl::InfiniteDuration();
+      return absl::OkStatus();
+    }
+    if (v == "-inf") {
+      *out = -absl::InfiniteDuration();
+      return absl::OkStatus();
+    }
+    double ms;
+    // SimpleAtod takes "nan" and "infinity" too; the writers never do.
+    if (!absl::SimpleAtod(v, &ms) || !std::isfinite(ms) ||
+        std::fabs(ms) > 9e12 || v.find_first_of("nNiI") != std::string::npos) {
+      return Bad(key, v);
+    }
+    *out = absl::Microseconds(std::llround(ms * 1000));
+    return absl::OkStatus();
+  }
+
+  const Fields& fields_;
+};
+
+// Strips what surrounds a line read from a file: its newline.
+absl::string_view TrimLine(absl::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
+    line.remove_suffix(1);
+  }
+  return line;
+}
+
+// True when the logfmt pair msg=rpcguard (or msg="rpcguard") appears as a
+// whole pair, not inside a longer word.
+bool HasLogfmtMarker(absl::string_view s) {
+  for (absl::string_view marker : {"msg=rpcguard", "msg=\"rpcguard\""}) {
+    size_t from = 0;
+    while (true) {
+      const size_t at = s.find(marker, from);
+      if (at == absl::string_view::npos) break;
+      const size_t end = at + marker.size();
+      if ((at == 0 || IsSpace(s[at - 1])) &&
+          (end == s.size() || IsSpace(s[end]))) {
+        return true;
+      }
+      from = at + 1;
+    }
+  }
+  return false;
+}
+
+std::string Ms(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return "inf";
+  if (d == -absl::InfiniteDuration()) return "-inf";
+  return absl::StrFormat("%.1f", absl::ToDoubleMilliseconds(d));
+}
+
+std::string Percent(int64_t part, int64_t whole) {
+  if (whole == 0) return "-";
+  return absl::StrFormat(
+      "%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
+// "deadline 2, max_attempts 1"
+std::string Counts(const std::map<std::string, int64_t>& m) {
+  return absl::StrJoin(m, ", ", [](std::string* out, const auto& kv) {
+    absl::StrAppend(out, kv.first, " ", kv.second);
+  });
+}
+
+// Left-aligned columns, two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows,
+                  absl::string_view indent) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent);
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    absl::StripTrailingAsciiWhitespace(&line);
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string Attempts(int n) {
+  return absl::StrCat(n, n == 1 ? " attempt" : " attempts");
+}
+
+std::string Outcome(bool done, bool gave_up, GiveUpReason reason) {
+  if (done) return "done";
+  if (gave_up) return absl::StrCat("give_up:", GiveUpReasonName(reason));
+  return "incomplete";
+}
+
+}  // namespace
+
+std::optional<uint64_t> ParseCallId(absl::string_view text) {
+  if (text.empty() || text.size() > 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    const int h = HexValue(c);
+    if (h < 0) return std::nullopt;
+    v = v * 16 + static_cast<uint64_t>(h);
+  }
+  return v;
+}
+
+absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line) {
+  line = TrimLine(line);
+  absl::Status json_error;
+  if (std::optional<size_t> marker = FindJsonMarker(line)) {
+    // The object starts at a '{' before the marker; a prefix may hold
+    // braces of its own, so try the first few.
+    json_error = absl::InvalidArgumentError("bad JSON: no {");
+    size_t from = 0;
+    for (int tries = 0; tries < 8; ++tries) {
+      const size_t brace = line.find('{', from);
+      if (brace == absl::string_view::npos || brace > *marker) break;
+      Fields fields;
+      json_error = JsonParser(line).ParseObject(brace, &fields);
+      if (json_error.ok()) {
+        absl::StatusOr<TraceEvent> e = EventBuilder(fields).Build();
+        // NotFound: the marker was in a nested object; keep looking.
+        if (!absl::IsNotFound(e.status())) return e;
+        json_error = e.status();
+      }
+      from = brace + 1;
+    }
+  }
+  if (HasLogfmtMarker(line)) {
+    Fields fields;
+    absl::Status st = ParseLogfmt(line, &fields);
+    if (!st.ok()) return st;
+    return EventBuilder(fields).Build();
+  }
+  if (!json_error.ok() && !absl::IsNotFound(json_error)) return json_error;
+  return absl::NotFoundError("not an rpcguard event");
+}
+
+TraceReader::TraceReader(ReaderOptions options)
+    : options_(std::move(options)) {}
+
+void TraceReader::AddLine(absl::string_view line, absl::string_view source,
+                          int64_t line_number) {
+  ++lines_;
+  absl::StatusOr<TraceEvent> e = ParseTraceLine(line);
+  if (e.ok()) {
+    AddEvent(*e);
+    return;
+  }
+  if (absl::IsNotFound(e.status())) return;
+  ++unparsable_;
+  if (static_cast<int>(examples_.size()) < options_.max_examples) {
+    examples_.push_back(absl::StrCat(source.empty() ? "<input>" : source, ":",
+                                     line_number, ": ", e.status().message()));
+  }
+}
+
+int TraceReader::MethodIndex(absl::string_view method) {
+  auto it = method_index_.find(method);
+  if (it != method_index_.end()) return it->second;
+  const int index = static_cast<int>(method_names_.size());
+  method_names_.emplace_back(method);
+  method_index_.emplace(std::string(method), index);
+  per_method_.emplace_back();
+  per_method_.back().method = std::string(method);
+  return index;
+}
+
+void TraceReader::AddEvent(const TraceEvent& e) {
+  ++events_;
+  if (options_.call_id && e.call_id == *options_.call_id) {
+    call_events_.push_back(e);
+  }
+  if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+    ++transitions_[e.breaker_key][absl::StrCat(e.from_state, "->", e.to_state)];
+    return;
+  }
+  const int mi = MethodIndex(e.method);
+  MethodSummary& m = per_method_[mi];
+  CallInfo& c = calls_[e.call_id];
+  if (c.method < 0) c.method = mi;
+  c.first = std::min(c.first, e.time);
+  c.last = std::max(c.last, e.time);
+  c.deadline_left = e.deadline_left;
+
+  if (e.kind == TraceEvent::Kind::kFailFast) {
+    const std::string reason(GiveUpReasonName(e.reason));
+    ++m.fail_fasts[reason];
+    ++m.give_ups[reason];
+    c.attempts_sent = std::max(e.attempt - 1, 0);
+    c.gave_up = true;
+    c.reason = e.reason;
+    return;
+  }
+  ++m.attempts;
+  c.max_attempt = std::max(c.max_attempt, e.attempt);
+  switch (e.decision) {
+    case TraceDecision::kRetry:
+      ++m.retries;
+      m.total_backoff += e.backoff;
+      c.backoff += e.backoff;
+      break;
+    case TraceDecision::kGiveUp:
+      ++m.give_ups[std::string(GiveUpReasonName(e.reason))];
+      c.gave_up = true;
+      c.reason = e.reason;
+      c.attempts_sent = e.attempt;
+      break;
+    case TraceDecision::kDone:
+      c.done = true;
+      c.attempts_sent = e.attempt;
+      break;
+  }
+}
+
+std::vector<MethodSummary> TraceReader::Methods() const {
+  std::vector<MethodSummary> out = per_method_;
+  for (const auto& [id, c] : calls_) {
+    if (c.method < 0) continue;
+    MethodSummary& m = out[c.method];
+    const int made = c.attempts_sent >= 0 ? c.attempts_sent : c.max_attempt;
+    if (made >= 2 || c.backoff > absl::ZeroDuration()) ++m.retried_calls;
+    ++m.calls;
+    if (c.attempts_sent < 0) {
+      ++m.incomplete;
+      continue;
+    }
+    if (c.done) ++m.done;
+    if (c.gave_up && !c.done) ++m.gave_up;
+    ++m.attempts_per_call[std::min(c.attempts_sent, 10)];
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.method < b.method; });
+  return out;
+}
+
+std::string TraceReader::Summary() const {
+  std::string out =
+      absl::StrCat("rpcguard trace: ", lines_, " lines, ", events_, " events, ",
+                   unparsable_, " unparsable\n");
+  for (const MethodSummary& m : Methods()) {
+    absl::StrAppend(&out, "\n", m.method.empty() ? "(no method)" : m.method,
+                    "\n");
+    const auto or_dash = [](std::string s) { return s.empty() ? "-" : s; };
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back(
+        {"calls", absl::StrCat(m.calls, " (done ", m.done, ", gave up ",
+                               m.gave_up, ", incomplete ", m.incomplete, ")")});
+    rows.push_back(
+        {"attempts",
+         absl::StrCat(m.attempts, " (retries ", m.retries, ", ",
+                      Percent(m.retries, m.attempts), " of attempts)")});
+    rows.push_back(
+        {"retried calls",
+         absl::StrCat(m.retried_calls, " (", Percent(m.retried_calls, m.calls),
+                      " of calls)")});
+    rows.push_back(
+        {"attempts/call",
+         or_dash(absl::StrJoin(
+             m.attempts_per_call, " ", [](std::string* o, const auto& kv) {
+               absl::StrAppend(o, kv.first, kv.first == 10 ? "+" : "", ":",
+                               kv.second);
+             }))});
+    rows.push_back({"gave up", or_dash(Counts(m.give_ups))});
+    rows.push_back({"failed fast", or_dash(Counts(m.fail_fasts))});
+    rows.push_back({"total backoff", absl::StrCat(Ms(m.total_backoff), " ms")});
+    absl::StrAppend(&out, Table(rows, "  "));
+  }
+
+  if (!transitions_.empty()) {
+    absl::StrAppend(&out, "\nbreaker transitions\n");
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [key, counts] : transitions_) {
+      rows.push_back({key.empty() ? "(no key)" : key, Counts(counts)});
+    }
+    absl::StrAppend(&out, Table(rows, "  "));
+  }
+
+  // Slowest: the longest from a call's first to last event (the backoffs
+  // and every attempt after the first; the first attempt's own time is not
+  // in the log).
+  std::vector<std::pair<uint64_t, const CallInfo*>> calls;
+  for (const auto& [id, c] : calls_) {
+    if (c.method >= 0) calls.emplace_back(id, &c);
+  }
+  const size_t n = std::min(calls.size(),
+                            static_cast<size_t>(std::max(options_.slowest, 0)));
+  std::partial_sort(
+      calls.begin(), calls.begin() + n, calls.end(),
+      [](const auto& a, const auto& b) {
+        const absl::Duration sa = a.second->last - a.second->first;
+        const absl::Duration sb = b.second->last - b.second->first;
+        if (sa != sb) return sa > sb;
+        if (a.second->backoff != b.second->backoff) {
+          return a.second->backoff > b.second->backoff;
+        }
+        return a.first < b.first;
+      });
+  if (n > 0) {
+    absl::StrAppend(&out, "\nslowest calls (first to last event)\n");
+    std::vector<std::vector<std::string>> rows = {
+        {"call", "method", "attempts", "span_ms", "backoff_ms", "outcome",
+         "deadline_left_ms"}};
+    for (size_t i = 0; i < n; ++i) {
+      const CallInfo& c = *calls[i].second;
+      const int made = c.attempts_sent >= 0 ? c.attempts_sent : c.max_attempt;
+      rows.push_back({FormatCallId(calls[i].first), method_names_[c.method],
+                      absl::StrCat(made), Ms(c.last - c.first), Ms(c.backoff),
+                      Outcome(c.done, c.gave_up, c.reason),
+                      Ms(c.deadline_left)});
+    }
+    absl::StrAppend(&out, Table(rows, "  "));
+  }
+
+  if (unparsable_ > 0) {
+    absl::StrAppend(&out, "\nunparsable lines: ", unparsable_, "\n");
+    for (const std::string& e : examples_) absl::StrAppend(&out, "  ", e, "\n");
+  }
+  absl::StrAppend(&out,
+                  "\nnote: at the default verbosity (retries) a call whose "
+                  "first attempt succeeded writes nothing,\nso it is not "
+                  "counted here; use the stats for totals.\n");
+  return out;
+}
+
+std::string TraceReader::Timeline() const {
+  if (!options_.call_id) return "no call asked for\n";
+  const std::string id = FormatCallId(*options_.call_id);
+  if (call_events_.empty()) {
+    return absl::StrCat("call ", id, ": no events found\n");
+  }
+  std::vector<TraceEvent> events = call_events_;
+  // Logs merged from several files may be out of order.
+  std::stable_sort(
+      events.begin(), events.end(),
+      [](const TraceEvent& a, const TraceEvent& b) { return a.time < b.time; });
+  const TraceEvent* first_call_event = nullptr;
+  for (const TraceEvent& e : events) {
+    if (e.kind != TraceEvent::Kind::kBreakerTransition) {
+      first_call_event = &e;
+      break;
+    }
+  }
+  std::string out = absl::StrCat("call ", id);
+  if (first_call_event != nullptr) {
+    absl::StrAppend(&out, "  ", first_call_event->method, "  key=",
+                    first_call_event->idempotency_key.empty()
+                        ? "-"
+                        : first_call_event->idempotency_key);
+  }
+  absl::StrAppend(&out, "\n  first event at ",
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", events[0].time,
+                                   absl::UTCTimeZone()),
+                  "\n");
+
+  std::vector<std::vector<std::string>> rows = {
+      {"+ms", "event", "code", "class", "decision", "backoff_ms",
+       "deadline_left_ms", "breaker", "message"}};
+  absl::Duration backoff;
+  std::string result = "incomplete (no final event in the log)";
+  for (const TraceEvent& e : events) {
+    const std::string at = Ms(e.time - events[0].time);
+    if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+      rows.push_back(
+          {at, "breaker", "", "", "", "", "",
+           absl::StrCat(e.breaker_key, " ", e.from_state, "->", e.to_state),
+           absl::CHexEscape(e.message)});
+      continue;
+    }
+    std::string decision(TraceDecisionName(e.decision));
+    if (e.reason != GiveUpReason::kNone) {
+      absl::StrAppend(&decision, ":", GiveUpReasonName(e.reason));
+    }
+    const bool fail_fast = e.kind == TraceEvent::Kind::kFailFast;
+    rows.push_back(
+        {at,
+         fail_fast ? absl::StrCat("fail_fast before attempt ", e.attempt)
+                   : absl::StrCat("attempt ", e.attempt),
+         std::string(StatusCodeName(e.code)),
+         absl::AsciiStrToLower(StatusClassName(e.status_class)), decision,
+         e.decision == TraceDecision::kRetry ? Ms(e.backoff) : "",
+         Ms(e.deadline_left), e.breaker_state.empty() ? "-" : e.breaker_state,
+         absl::CHexEscape(e.message)});
+    if (e.decision == TraceDecision::kRetry) backoff += e.backoff;
+    const int sent = fail_fast ? std::max(e.attempt - 1, 0) : e.attempt;
+    if (e.decision == TraceDecision::kDone) {
+      result = absl::StrCat("done after ", Attempts(sent));
+    } else if (e.decision == TraceDecision::kGiveUp) {
+      result =
+          absl::StrCat("gave up (", GiveUpReasonName(e.reason), ") after ",
+                       Attempts(sent), ", final code ", StatusCodeName(e.code));
+    }
+  }
+  absl::StrAppend(&out, Table(rows, "  "));
+  absl::StrAppend(&out, "  result: ", result, "; ", Ms(backoff),
+                  " ms of backoff; ", Ms(events.back().time - events[0].time),
+                  " ms from first to last event\n");
+  return out;
+}
+
+}  // namespace rpcguard
