@@ -72,36 +72,62 @@ using grpc::experimental::InterceptorBatchMethods;
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 
+// What rpcguard keeps per method: resolved once, on the method's first call.
+struct MethodState {
+  ResolvedPolicy resolved;
+  Stats::MethodHandle* stats;
+};
+
 // What every interceptor of one factory shares.
 class Shared {
  public:
-  Shared(Config config, Clock* clock, Random* random,
-         CredentialRefresher refresher)
-      : config_(std::move(config)),
-        clock_(clock),
-        random_(random),
-        refresher_(std::move(refresher)) {}
+  explicit Shared(Options options)
+      : config_(std::move(options.config)),
+        clock_(options.clock != nullptr ? options.clock : Clock::Real()),
+        random_(options.random != nullptr ? options.random
+                                          : Random::Default()),
+        refresher_(std::move(options.credential_refresher)),
+        sink_(options.trace_sink != nullptr ? std::move(options.trace_sink)
+                                            : std::make_shared<LogfmtSink>()),
+        verbosity_(options.trace_verbosity),
+        stats_(options.stats != nullptr ? std::move(options.stats)
+                                        : DefaultStats()),
+        give_up_hook_(std::move(options.give_up_hook)) {}
 
   Clock* clock() const { return clock_; }
   Random* random() const { return random_; }
   const CredentialRefresher& refresher() const { return refresher_; }
+  const GiveUpHook& give_up_hook() const { return give_up_hook_; }
 
-  // The resolved policy of `method`, computed once per method: after the
-  // first call no descriptor lookup or option parsing happens on the call
-  // path, only this hash lookup. The reference lives as long as this object.
-  const ResolvedPolicy& PolicyFor(const char* method) const
+  // The state of `method`, computed once per method: after the first call no
+  // descriptor lookup or option parsing happens on the call path, only this
+  // hash lookup. The reference lives as long as this object.
+  const MethodState& ForMethod(const char* method) const
       ABSL_LOCKS_EXCLUDED(mu_) {
     const absl::string_view key(method);
     {
       absl::ReaderMutexLock lock(&mu_);
-      auto it = policies_.find(key);
-      if (it != policies_.end()) return *it->second;
+      auto it = methods_.find(key);
+      if (it != methods_.end()) return *it->second;
     }
-    auto resolved = std::make_unique<ResolvedPolicy>(config_.Resolve(key));
+    auto state = std::make_unique<MethodState>(
+        MethodState{config_.Resolve(key), stats_->ForMethod(key)});
     absl::MutexLock lock(&mu_);
     // Another call may have resolved it meanwhile; keep the first.
-    auto [it, inserted] = policies_.try_emplace(key, std::move(resolved));
+    auto [it, inserted] = methods_.try_emplace(key, std::move(state));
     return *it->second;
+  }
+
+  // Counts `event`, and writes it to the trace when the verbosity asks;
+  // `fill` adds the strings (method, key, message) only then, so that the
+  // common untraced case copies none.
+  template <typename Fill>
+  void Emit(const MethodState& method, TraceEvent& event, Fill fill) const {
+    stats_->Record(method.stats, event);
+    if (ShouldTrace(verbosity_, event)) {
+      fill(event);
+      sink_->Write(event);
+    }
   }
 
  private:
@@ -109,10 +135,44 @@ class Shared {
   Clock* const clock_;
   Random* const random_;
   const CredentialRefresher refresher_;
+  const std::shared_ptr<TraceSink> sink_;
+  const TraceVerbosity verbosity_;
+  const std::shared_ptr<Stats> stats_;
+  const GiveUpHook give_up_hook_;
   mutable absl::Mutex mu_;
-  mutable absl::flat_hash_map<std::string, std::unique_ptr<ResolvedPolicy>>
-      policies_ ABSL_GUARDED_BY(mu_);
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
+      methods_ ABSL_GUARDED_BY(mu_);
 };
+
+// The serialized bytes of a ByteBuffer (for the give-up hook).
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& slice : slices) {
+    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return out;
+}
+
+// The give-up reason of a call tried once without hijacking.
+GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
+  switch (c) {
+    case StatusClass::kOk:
+      return GiveUpReason::kNone;
+    case StatusClass::kRetriable:
+      return GiveUpReason::kNotIdempotent;
+    case StatusClass::kAuth:
+      return GiveUpReason::kAuth;
+    case StatusClass::kFatal:
+      break;
+  }
+  if (code == grpc::StatusCode::CANCELLED) return GiveUpReason::kCancelled;
+  if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return GiveUpReason::kDeadline;
+  }
+  return GiveUpReason::kFatal;
+}
 
 // Converts between the injected clock's time and the real clock that gRPC
 // timers use, by the remaining duration.
@@ -157,11 +217,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
     bool may_repeat = false;
   };
 
-  CallState(std::shared_ptr<const Shared> shared, const MethodPolicy& policy,
+  CallState(std::shared_ptr<const Shared> shared, const MethodState& method,
             Setup setup)
       : shared_(std::move(shared)),
-        policy_(policy),
+        method_(method),
+        policy_(method.resolved.policy),
         setup_(std::move(setup)),
+        call_id_(shared_->random()->Next64()),
         controller_(policy_, setup_.may_repeat, setup_.deadline,
                     shared_->clock()) {
     if (shared_->refresher()) controller_.EnableAuthRefresh();
@@ -178,7 +240,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       absl::MutexLock lock(&mu_);
       ready = FinishLocked(status, reason, nullptr);
     }
-    Serve(std::move(ready));
+    Conclude(std::move(ready));
   }
 
   // The caller cancelled. Safe from any thread, any number of times.
@@ -237,7 +299,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       }
     }
     if (ended) {
-      Serve(std::move(ready));
+      Conclude(std::move(ready));
       return;
     }
 
@@ -306,6 +368,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     bool retry = false;
     bool refresh = false;
     absl::Time deadline;
+    TraceEvent event;
     {
       absl::MutexLock lock(&mu_);
       attempt_.reset();
@@ -333,15 +396,30 @@ class CallState : public std::enable_shared_from_this<CallState> {
           final = grpc::Status(grpc::StatusCode::CANCELLED,
                                "call cancelled by the caller");
         }
-        ready = FinishLocked(final, d.reason, attempt.get());
+        ready = FinishLocked(final, d.reason, attempt.get(),
+                             TraceEvent::Kind::kAttempt, d.status_class);
       }
+      event.attempt = controller_.attempts();
+      event.status_class = d.status_class;
+      event.backoff = d.delay;
+      event.deadline_left = controller_.Remaining();
     }
-    if (refresh) {
-      BeginRefresh(deadline);
+    if (!retry && !refresh) {
+      Conclude(std::move(ready));
       return;
     }
-    if (!retry) {
-      Serve(std::move(ready));
+    // A retry decision (a new backoff, or a credential refresh).
+    event.time = shared_->clock()->Now();
+    event.call_id = call_id_;
+    event.code = status.error_code();
+    event.decision = TraceDecision::kRetry;
+    shared_->Emit(method_, event, [&](TraceEvent& e) {
+      e.method = setup_.method;
+      e.idempotency_key = setup_.idempotency_key;
+      e.message = status.error_message();
+    });
+    if (refresh) {
+      BeginRefresh(deadline);
       return;
     }
 
@@ -418,7 +496,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (start) {
       StartAttempt();
     } else {
-      Serve(std::move(ready));
+      Conclude(std::move(ready));
     }
   }
 
@@ -456,12 +534,28 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // Records the final outcome; returns the parked batches to serve.
-  std::vector<InterceptorBatchMethods*> FinishLocked(const grpc::Status& status,
-                                                     GiveUpReason reason,
-                                                     Attempt* last)
+  // `kind` and `status_class` describe the call's terminal trace event: the
+  // attempt that ended it (kAttempt), or the attempt it did not send
+  // (kFailFast).
+  std::vector<InterceptorBatchMethods*> FinishLocked(
+      const grpc::Status& status, GiveUpReason reason, Attempt* last,
+      TraceEvent::Kind kind = TraceEvent::Kind::kFailFast,
+      StatusClass status_class = StatusClass::kFatal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     done_ = true;
     const int attempts = controller_.attempts();
+    terminal_.kind = kind;
+    terminal_.attempt =
+        kind == TraceEvent::Kind::kAttempt ? attempts : attempts + 1;
+    terminal_.code = status.error_code();
+    terminal_.status_class = status.ok() ? StatusClass::kOk : status_class;
+    terminal_.decision =
+        status.ok() ? TraceDecision::kDone : TraceDecision::kGiveUp;
+    terminal_.reason = status.ok() ? GiveUpReason::kNone
+                       : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
+                                                       : reason;
+    terminal_.deadline_left = controller_.Remaining();
+    terminal_.message = status.error_message();
     // A success carries no message; its attempts are in the trailer.
     final_status_ = status.ok()
                         ? status
@@ -486,6 +580,36 @@ class CallState : public std::enable_shared_from_this<CallState> {
     std::vector<InterceptorBatchMethods*> ready;
     ready.swap(parked_);
     return ready;
+  }
+
+  // Ends the call: its terminal trace event, the give-up hook, then the
+  // application's batches. Runs once, after FinishLocked, without mu_.
+  void Conclude(std::vector<InterceptorBatchMethods*> ready)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // terminal_ is written once by FinishLocked, before done_; only this
+    // thread reads it after.
+    TraceEvent& e = terminal_;
+    e.time = shared_->clock()->Now();
+    e.call_id = call_id_;
+    std::string message = e.message;
+    shared_->Emit(method_, e, [&](TraceEvent& event) {
+      event.method = setup_.method;
+      event.idempotency_key = setup_.idempotency_key;
+    });
+    if (e.decision == TraceDecision::kGiveUp && shared_->give_up_hook()) {
+      GiveUpInfo info;
+      info.call_id = call_id_;
+      info.method = setup_.method;
+      info.code = e.code;
+      info.message = std::move(message);
+      info.reason = e.reason;
+      info.attempts = e.kind == TraceEvent::Kind::kAttempt ? e.attempt
+                                                           : e.attempt - 1;
+      info.idempotency_key = setup_.idempotency_key;
+      info.request = Bytes(setup_.request);
+      shared_->give_up_hook()(info);
+    }
+    Serve(std::move(ready));
   }
 
   // Fills and proceeds batches once the call is decided. Batches without the
@@ -546,8 +670,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   const std::shared_ptr<const Shared> shared_;
+  const MethodState& method_;
   const MethodPolicy& policy_;
   const Setup setup_;
+  const uint64_t call_id_;
 
   absl::Mutex mu_;
   RetryController controller_ ABSL_GUARDED_BY(mu_);
@@ -575,6 +701,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   Metadata initial_metadata_;
   Metadata trailing_metadata_;
   std::string attempts_text_;
+  TraceEvent terminal_;
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
@@ -606,7 +733,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       call_for_batches_->Park(batch);
       return;
     }
-    if (fast_path_policy_ != nullptr &&
+    if (fast_path_method_ != nullptr &&
         batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::POST_RECV_STATUS)) {
       OnFastPathStatus(batch);
@@ -631,16 +758,50 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     batch->GetRecvTrailingMetadata()->emplace(
         grpc::string_ref(kAttemptsTrailer), kOne);
     grpc::Status* status = batch->GetRecvStatus();
-    if (status->ok()) return;
-    AttemptOutcome outcome;
-    outcome.code = status->error_code();
-    if (fast_path_policy_->MakeClassifier().Classify(outcome) ==
-        StatusClass::kRetriable) {
+    const MethodState& method = *fast_path_method_;
+    TraceEvent event;
+    event.kind = TraceEvent::Kind::kAttempt;
+    event.attempt = 1;
+    event.code = status->error_code();
+    if (!status->ok()) {
+      AttemptOutcome outcome;
+      outcome.code = status->error_code();
+      event.status_class =
+          method.resolved.policy.MakeClassifier().Classify(outcome);
+      event.decision = TraceDecision::kGiveUp;
+      event.reason = FastPathReason(event.status_class, event.code);
+    }
+    const std::string original_message =
+        status->ok() ? std::string() : status->error_message();
+    if (event.reason == GiveUpReason::kNotIdempotent) {
       // Say why a transient failure was not retried.
       *status = grpc::Status(status->error_code(),
                              AnnotateMessage(status->error_message(), 1,
                                              GiveUpReason::kNotIdempotent),
                              status->error_details());
+    }
+    uint64_t call_id = 0;
+    shared_->Emit(method, event, [&](TraceEvent& e) {
+      e.time = shared_->clock()->Now();
+      call_id = e.call_id = shared_->random()->Next64();
+      e.method = info_->method();
+      e.idempotency_key = fast_path_key_;
+      e.message = original_message;
+      e.deadline_left = CallerDeadline(info_->client_context(),
+                                       shared_->clock()) -
+                        e.time;
+    });
+    if (event.decision == TraceDecision::kGiveUp && shared_->give_up_hook()) {
+      GiveUpInfo info;
+      info.call_id = call_id != 0 ? call_id : shared_->random()->Next64();
+      info.method = info_->method();
+      info.code = event.code;
+      info.message = original_message;
+      info.reason = event.reason;
+      info.attempts = 1;
+      info.idempotency_key = fast_path_key_;
+      info.request = Bytes(fast_path_request_);
+      shared_->give_up_hook()(info);
     }
   }
 
@@ -650,7 +811,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       batch->Proceed();
       return;
     }
-    const ResolvedPolicy& resolved = shared_->PolicyFor(info_->method());
+    const MethodState& method = shared_->ForMethod(info_->method());
+    const ResolvedPolicy& resolved = method.resolved;
     const MethodPolicy& policy = resolved.policy;
 
     // rpcguard owns the attempt header: a caller's value would lie.
@@ -690,11 +852,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
     if (!needs_hijack) {
       // Tried once, exactly as without rpcguard, plus the metadata.
-      if (keys == 0) {
-        md->emplace(kIdempotencyKeyHeader, NewUuidV4(*shared_->random()));
-      }
+      fast_path_key_ = keys > 0 ? key : NewUuidV4(*shared_->random());
+      if (keys == 0) md->emplace(kIdempotencyKeyHeader, fast_path_key_);
       md->emplace(kAttemptHeader, "1");
-      fast_path_policy_ = &policy;
+      if (shared_->give_up_hook()) {
+        fast_path_request_ = *batch->GetSerializedSendMessage();
+      }
+      fast_path_method_ = &method;
       batch->Proceed();
       return;
     }
@@ -712,7 +876,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     md->erase(kIdempotencyKeyHeader);
     setup.metadata.assign(md->begin(), md->end());
 
-    auto call = std::make_shared<CallState>(shared_, policy, std::move(setup));
+    auto call = std::make_shared<CallState>(shared_, method, std::move(setup));
     bool cancelled;
     {
       absl::MutexLock lock(&mu_);
@@ -740,7 +904,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // the same call are ordered after it by gRPC.
   bool hijacked_ = false;
   // Set when the call is tried once without hijacking.
-  const MethodPolicy* fast_path_policy_ = nullptr;
+  const MethodState* fast_path_method_ = nullptr;
+  std::string fast_path_key_;
+  grpc::ByteBuffer fast_path_request_;  // only with a give-up hook
   CallState* call_for_batches_ = nullptr;
 
   // A cancel may come on any thread, before or during the first batch.
@@ -769,11 +935,7 @@ class RetryInterceptorFactory final
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
-  auto shared = std::make_shared<Shared>(
-      std::move(options.config),
-      options.clock != nullptr ? options.clock : Clock::Real(),
-      options.random != nullptr ? options.random : Random::Default(),
-      std::move(options.credential_refresher));
+  auto shared = std::make_shared<Shared>(std::move(options));
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 
@@ -801,6 +963,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
   factories.push_back(MakeInterceptorFactory(std::move(options)));
   return grpc::experimental::CreateCustomChannelWithInterceptors(
       target, credentials, args, std::move(factories));
+}
+
+std::shared_ptr<Stats> DefaultStats() {
+  static const std::shared_ptr<Stats>* const stats =
+      new std::shared_ptr<Stats>(std::make_shared<Stats>());
+  return *stats;
 }
 
 void MarkPassThrough(grpc::ClientContext* context) {

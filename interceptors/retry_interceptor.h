@@ -43,6 +43,8 @@
 #include "interceptors/clock.h"
 #include "interceptors/config.h"
 #include "interceptors/random.h"
+#include "interceptors/stats.h"
+#include "interceptors/trace.h"
 
 namespace rpcguard {
 
@@ -89,6 +91,15 @@ struct Options {
   // repeat gets exactly one more attempt with refreshed credentials.
   // PERMISSION_DENIED is always final.
   CredentialRefresher credential_refresher;
+  // Where retry traces go. Null: one logfmt line per event on stderr.
+  std::shared_ptr<TraceSink> trace_sink;
+  // How much to trace; the default writes nothing for a call that succeeds
+  // at its first attempt.
+  TraceVerbosity trace_verbosity = TraceVerbosity::kRetries;
+  // Counters of calls, attempts, retries and give-ups. Null: DefaultStats().
+  std::shared_ptr<Stats> stats;
+  // Called once for every call that gave up; see GiveUpHook in trace.h.
+  GiveUpHook give_up_hook;
   // CreateChannel refuses a channel whose own service config has a gRPC
   // retryPolicy (attempts would multiply). Set to accept it anyway.
   bool allow_grpc_retry_policy = false;
@@ -110,6 +121,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& target,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     Options options, grpc::ChannelArguments args = {});
+
+// The process-wide Stats that Options::stats defaults to. Never null.
+std::shared_ptr<Stats> DefaultStats();
 
 // Marks a call made through grpc::GenericStub with grpc::ByteBuffer messages,
 // so rpcguard passes it through untouched (never retried). Needed only for

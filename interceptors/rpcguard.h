@@ -13,6 +13,9 @@
 #include "interceptors/random.h"             // IWYU pragma: export
 #include "interceptors/retry_controller.h"   // IWYU pragma: export
 #include "interceptors/retry_interceptor.h"  // IWYU pragma: export
+#include "interceptors/server_hints.h"       // IWYU pragma: export
+#include "interceptors/stats.h"              // IWYU pragma: export
 #include "interceptors/status_class.h"       // IWYU pragma: export
+#include "interceptors/trace.h"              // IWYU pragma: export
 
 #endif  // RPCGUARD_INTERCEPTORS_RPCGUARD_H_
