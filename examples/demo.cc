@@ -38,7 +38,9 @@ struct Flags {
   int deadline_ms = 300;
   int concurrency = 8;
   int create_percent = 10;
-  int show = 5;
+  int show = 8;
+  int prometheus = 0;
+  std::string trace_log;
 };
 
 constexpr char kUsage[] =
@@ -53,7 +55,10 @@ Flags:
   --deadline_ms=D      each call's deadline in milliseconds (default 300)
   --concurrency=C      concurrent callers (default 8)
   --create_percent=P   percent of calls that are the undeclared Create (default 10)
-  --show=K             calls that retried or failed to describe (default 5)
+  --show=K             trace lines to print as they happen (default 8)
+  --trace_log=PATH     write every trace line (logfmt) to PATH, for
+                       ./bazelw run //tools:rpcguard_trace -- PATH
+  --prometheus=1       end with the stats in Prometheus text format
   --help               this text
 )";
 
@@ -66,6 +71,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     }
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
+    if (name == "--trace_log" && eq != std::string::npos) {
+      flags->trace_log = arg.substr(eq + 1);
+      continue;
+    }
     int value;
     if (eq == std::string::npos ||
         !absl::SimpleAtoi(arg.substr(eq + 1), &value)) {
@@ -84,6 +93,7 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
         {"--concurrency", &flags->concurrency, 1, 256},
         {"--create_percent", &flags->create_percent, 0, 100},
         {"--show", &flags->show, 0, 1000},
+        {"--prometheus", &flags->prometheus, 0, 1},
     };
     bool known = false;
     for (auto& f : table) {
@@ -129,22 +139,13 @@ std::string ReasonOf(const grpc::Status& status, const std::string& fallback) {
   return m.substr(at + marker.size(), end - at - marker.size());
 }
 
-std::string Attempts(const grpc::ClientContext& ctx) {
-  const auto& md = ctx.GetServerTrailingMetadata();
-  auto it = md.find("rpcguard-attempts");
-  return it == md.end() ? "1"
-                        : std::string(it->second.data(), it->second.size());
-}
-
 Result RunLoad(const std::string& label, std::shared_ptr<grpc::Channel> channel,
-               const Flags& flags, rpcguard::testing::FaultServer& server,
-               bool narrate) {
+               const Flags& flags, rpcguard::testing::FaultServer& server) {
   auto stub = FaultService::NewStub(channel);
   const int64_t attempts_before = server.total_attempts();
   Result result;
   absl::Mutex mu;
   std::atomic<int> next{0};
-  std::atomic<int> shown{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < flags.concurrency; ++t) {
     threads.emplace_back([&] {
@@ -162,14 +163,6 @@ Result RunLoad(const std::string& label, std::shared_ptr<grpc::Channel> channel,
         grpc::Status s = create ? stub->Create(&ctx, req, &reply)
                                 : stub->Get(&ctx, req, &reply);
         const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-        const std::string attempts = Attempts(ctx);
-        if (narrate && (attempts != "1" || !s.ok()) && shown++ < flags.show) {
-          std::printf(
-              "  %-12s %-6s %s attempts -> %s in %.1f ms%s%s\n",
-              req.op_id().c_str(), create ? "Create" : "Get", attempts.c_str(),
-              std::string(rpcguard::StatusCodeName(s.error_code())).c_str(), ms,
-              s.ok() ? "" : ": ", s.error_message().c_str());
-        }
         absl::MutexLock lock(&mu);
         ++result.calls;
         result.latencies_ms.push_back(ms);
@@ -219,7 +212,7 @@ int main(int argc, char** argv) {
 
   auto plain =
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
-  const Result plain_result = RunLoad("plain", plain, flags, server, false);
+  const Result plain_result = RunLoad("plain", plain, flags, server);
 
   absl::StatusOr<rpcguard::Config> config = rpcguard::Config::FromJson(kConfig);
   if (!config.ok()) {
@@ -228,18 +221,38 @@ int main(int argc, char** argv) {
   }
   rpcguard::Options options;
   options.config = *config;
+  // Trace lines: the first --show to stdout as they happen, all of them to
+  // --trace_log when given.
+  FILE* log = nullptr;
+  if (!flags.trace_log.empty()) {
+    log = std::fopen(flags.trace_log.c_str(), "w");
+    if (log == nullptr) {
+      std::fprintf(stderr, "demo: cannot write %s\n", flags.trace_log.c_str());
+      return 1;
+    }
+  }
+  auto to_stdout = std::make_shared<rpcguard::LogfmtSink>(stdout);
+  auto to_log =
+      log != nullptr ? std::make_shared<rpcguard::LogfmtSink>(log) : nullptr;
+  auto shown = std::make_shared<std::atomic<int>>(0);
+  const int show = flags.show;
+  options.trace_sink = std::make_shared<rpcguard::CallbackSink>(
+      [=](const rpcguard::TraceEvent& e) {
+        if (shown->fetch_add(1) < show) to_stdout->Write(e);
+        if (to_log) to_log->Write(e);
+      });
+  auto stats = std::make_shared<rpcguard::Stats>();
+  options.stats = stats;
   auto guarded = rpcguard::CreateChannel(
       server.address(), grpc::InsecureChannelCredentials(), options);
   if (!guarded.ok()) {
     std::fprintf(stderr, "demo: %s\n", guarded.status().ToString().c_str());
     return 1;
   }
-  std::printf(
-      "Retry decisions as they happen (first %d calls that retried or "
-      "failed):\n",
-      flags.show);
-  const Result guarded_result =
-      RunLoad("rpcguard", *guarded, flags, server, true);
+  std::printf("Retry decisions as they happen (the first %d trace lines):\n",
+              flags.show);
+  const Result guarded_result = RunLoad("rpcguard", *guarded, flags, server);
+  if (log != nullptr) std::fclose(log);
 
   std::printf("\n| %-9s | %6s | %9s | %8s | %7s | %-40s | %8s | %8s |\n",
               "client", "calls", "succeeded", "attempts", "retries",
@@ -262,6 +275,42 @@ int main(int argc, char** argv) {
       "\nplain: every failed attempt is a failed call. rpcguard: Get is "
       "retried within its deadline;\nCreate is never sent twice "
       "(not_idempotent), since the server might have applied it.\n");
+
+  const rpcguard::StatsSnapshot snapshot = stats->Snapshot();
+  std::printf("\nrpcguard stats (rpcguard::Stats):\n");
+  for (const rpcguard::MethodStatsSnapshot& m : snapshot.methods) {
+    std::string give_ups;
+    for (const auto& [reason, n] : m.give_ups) {
+      absl::StrAppend(&give_ups, give_ups.empty() ? "" : ", ",
+                      rpcguard::GiveUpReasonName(reason), " ", n);
+    }
+    std::string per_call;
+    uint64_t below = 0;
+    for (size_t i = 0; i < m.attempts_per_call.bounds.size(); ++i) {
+      const uint64_t n = m.attempts_per_call.cumulative[i] - below;
+      below = m.attempts_per_call.cumulative[i];
+      if (n > 0) {
+        absl::StrAppend(&per_call, per_call.empty() ? "" : " ",
+                        m.attempts_per_call.bounds[i], ":", n);
+      }
+    }
+    std::printf(
+        "  %s: calls %llu, attempts %llu, retries %llu, gave up {%s}, "
+        "attempts/call {%s}\n",
+        m.method.c_str(), static_cast<unsigned long long>(m.calls),
+        static_cast<unsigned long long>(m.attempts),
+        static_cast<unsigned long long>(m.retries), give_ups.c_str(),
+        per_call.c_str());
+  }
+  if (flags.prometheus) {
+    std::printf("\n%s", rpcguard::ToPrometheusText(snapshot).c_str());
+  }
+  if (!flags.trace_log.empty()) {
+    std::printf(
+        "\nEvery trace line is in %s; summarise it with\n"
+        "  ./bazelw run //tools:rpcguard_trace -- %s\n",
+        flags.trace_log.c_str(), flags.trace_log.c_str());
+  }
   server.Shutdown();
   return 0;
 }
