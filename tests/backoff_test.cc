@@ -67,6 +67,12 @@ std::vector<BackoffParams> ParameterSets(Jitter jitter) {
   };
 }
 
+// A distinct seed per sequence and test. Unsigned: `seq * salt` in int could
+// overflow.
+uint64_t Seed(int seq, uint64_t salt) {
+  return salt * static_cast<uint64_t>(seq) + 1;
+}
+
 // min(initial * multiplier^(n-1), max) for the n-th retry (n >= 1).
 absl::Duration Ceiling(const BackoffParams& p, int n) {
   const double s = absl::ToDoubleSeconds(p.initial) *
@@ -78,7 +84,7 @@ TEST(BackoffPropertyTest, FullJitterStaysWithinZeroAndCeiling) {
   int draws = 0;
   for (const BackoffParams& p : ParameterSets(Jitter::kFull)) {
     for (int seq = 0; seq < kSequences; ++seq) {
-      std::mt19937_64 rng(seq * 7919 + 1);
+      std::mt19937_64 rng(Seed(seq, 7919));
       Backoff backoff(p);
       for (int n = 1; n <= kRetriesPerSequence; ++n) {
         const absl::Duration d = backoff.Next(absl::BitGenRef(rng));
@@ -96,7 +102,7 @@ TEST(BackoffPropertyTest, A6JitterStaysWithin20PercentOfCeiling) {
   int draws = 0;
   for (const BackoffParams& p : ParameterSets(Jitter::kA6)) {
     for (int seq = 0; seq < kSequences; ++seq) {
-      std::mt19937_64 rng(seq * 104729 + 3);
+      std::mt19937_64 rng(Seed(seq, 104729));
       Backoff backoff(p);
       for (int n = 1; n <= kRetriesPerSequence; ++n) {
         const absl::Duration d = backoff.Next(absl::BitGenRef(rng));
@@ -114,7 +120,7 @@ TEST(BackoffPropertyTest, DecorrelatedJitterStaysWithinInitialMaxAndTriple) {
   int draws = 0;
   for (const BackoffParams& p : ParameterSets(Jitter::kDecorrelated)) {
     for (int seq = 0; seq < kSequences; ++seq) {
-      std::mt19937_64 rng(seq * 15485863 + 5);
+      std::mt19937_64 rng(Seed(seq, 15485863));
       Backoff backoff(p);
       absl::Duration previous = p.initial;
       for (int n = 1; n <= kRetriesPerSequence; ++n) {
