@@ -98,6 +98,43 @@ class FaultServer::Impl final
     return total_attempts_;
   }
 
+  void SetMode(int fail_percent, int delay_ms, bool hang,
+               int apply_then_fail_percent) {
+    std::vector<grpc::ServerUnaryReactor*> release;
+    {
+      absl::MutexLock lock(&mu_);
+      mode_fail_percent_ = fail_percent;
+      mode_delay_ms_ = delay_ms;
+      mode_hang_ = hang;
+      mode_apply_then_fail_percent_ = apply_then_fail_percent;
+      if (!hang) release.swap(hung_);
+    }
+    for (auto* r : release) {
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "hang ended"));
+    }
+  }
+
+  void Stats(const rpcguard::testing::v1::StatsRequest& req,
+             rpcguard::testing::v1::StatsReply* reply) const {
+    absl::MutexLock lock(&mu_);
+    reply->set_total_attempts(total_attempts_);
+    auto add = [&](const std::string& id, const OpRecord& op) {
+      auto* out = reply->add_ops();
+      out->set_op_id(id);
+      out->set_attempts(op.attempts);
+      out->set_side_effects(op.side_effects);
+      for (const auto& k : op.keys) out->add_keys(k);
+    };
+    if (req.op_ids().empty()) {
+      for (const auto& [id, op] : ops_) add(id, op);
+    } else {
+      for (const auto& id : req.op_ids()) {
+        auto it = ops_.find(id);
+        if (it != ops_.end()) add(id, it->second);
+      }
+    }
+  }
+
  private:
   grpc::ServerUnaryReactor* Handle(Kind kind, grpc::CallbackServerContext* ctx,
                                    const FaultRequest* req, FaultReply* reply) {
@@ -106,6 +143,8 @@ class FaultServer::Impl final
     int attempt;
     bool fail;
     bool unauthenticated;
+    int mode_delay_ms;
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     {
       absl::MutexLock lock(&mu_);
       ++total_attempts_;
@@ -117,10 +156,24 @@ class FaultServer::Impl final
       unauthenticated =
           !req->require_token().empty() &&
           Header(ctx, "authorization") != "Bearer " + req->require_token();
+      if (mode_hang_) {
+        // Answered when the hang ends (or at shutdown).
+        hung_.push_back(reactor);
+        return reactor;
+      }
+      mode_delay_ms = mode_delay_ms_;
       fail = attempt <= req->fail_first() ||
              (req->fail_percent() > 0 &&
               absl::Uniform(gen_, 0, 100) < req->fail_percent());
-      const bool apply = !unauthenticated && (!fail || req->apply_then_fail());
+      bool apply_anyway = req->apply_then_fail();
+      if (!fail && mode_fail_percent_ > 0 &&
+          absl::Uniform(gen_, 0, 100) < mode_fail_percent_) {
+        fail = true;
+        apply_anyway =
+            mode_apply_then_fail_percent_ > 0 &&
+            absl::Uniform(gen_, 0, 100) < mode_apply_then_fail_percent_;
+      }
+      const bool apply = !unauthenticated && (!fail || apply_anyway);
       if (apply && kind == Kind::kCreate) ++op.side_effects;
       if (apply && kind == Kind::kKeyed) {
         // Deduplicate by key: a repeat of an applied key changes nothing.
@@ -162,10 +215,9 @@ class FaultServer::Impl final
         ctx->AddTrailingMetadata("grpc-retry-pushback-ms", req->pushback_ms());
       }
     }
-    int delay_ms = req->delay_ms();
+    int delay_ms = req->delay_ms() + mode_delay_ms;
     if (attempt <= req->fail_first()) delay_ms += req->fail_delay_ms();
 
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     if (delay_ms <= 0) {
       reactor->Finish(status);
       return reactor;
@@ -186,23 +238,67 @@ class FaultServer::Impl final
   std::map<std::string, OpRecord> ops_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> applied_keys_ ABSL_GUARDED_BY(mu_);
   int64_t total_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  int mode_fail_percent_ ABSL_GUARDED_BY(mu_) = 0;
+  int mode_delay_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  bool mode_hang_ ABSL_GUARDED_BY(mu_) = false;
+  int mode_apply_then_fail_percent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<grpc::ServerUnaryReactor*> hung_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
 };
 
-FaultServer::FaultServer() : impl_(std::make_unique<Impl>()) {
+class FaultServer::ControlService final
+    : public rpcguard::testing::v1::FaultControl::CallbackService {
+ public:
+  explicit ControlService(Impl* impl) : impl_(impl) {}
+
+  grpc::ServerUnaryReactor* Control(
+      grpc::CallbackServerContext* ctx,
+      const rpcguard::testing::v1::ControlRequest* req,
+      rpcguard::testing::v1::ControlReply* reply) override {
+    impl_->SetMode(req->fail_percent(), req->delay_ms(), req->hang(),
+                   req->apply_then_fail_percent());
+    reply->set_total_attempts(impl_->total_attempts());
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Stats(
+      grpc::CallbackServerContext* ctx,
+      const rpcguard::testing::v1::StatsRequest* req,
+      rpcguard::testing::v1::StatsReply* reply) override {
+    impl_->Stats(*req, reply);
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  Impl* impl_;
+};
+
+FaultServer::FaultServer(int port)
+    : impl_(std::make_unique<Impl>()),
+      control_(std::make_unique<ControlService>(impl_.get())) {
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                           grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(impl_.get());
+  builder.RegisterService(control_.get());
   server_ = builder.BuildAndStart();
-  address_ = absl::StrCat("127.0.0.1:", port);
+  address_ = absl::StrCat("127.0.0.1:", port_);
+}
+
+void FaultServer::SetMode(int fail_percent, int delay_ms, bool hang,
+                          int apply_then_fail_percent) {
+  impl_->SetMode(fail_percent, delay_ms, hang, apply_then_fail_percent);
 }
 
 FaultServer::~FaultServer() { Shutdown(); }
 
 void FaultServer::Shutdown() {
   if (server_) {
+    SetMode(0, 0, false, 0);  // answer hung calls so shutdown can finish
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();

@@ -34,8 +34,13 @@ struct OpRecord {
 
 class FaultServer {
  public:
-  // Starts the server on 127.0.0.1 with an ephemeral port.
-  FaultServer();
+  // Starts the server on 127.0.0.1, on `port` (0: an ephemeral one). Check
+  // ok() for a port already taken.
+  explicit FaultServer(int port = 0);
+
+  // Whether the server is listening.
+  bool ok() const { return server_ != nullptr && port_ != 0; }
+  int port() const { return port_; }
   ~FaultServer();
 
   // "127.0.0.1:<port>".
@@ -47,14 +52,21 @@ class FaultServer {
   // Attempts received in all, by every method.
   int64_t total_attempts() const;
 
+  // Server-wide faults (see ControlRequest in fault.proto).
+  void SetMode(int fail_percent, int delay_ms, bool hang,
+               int apply_then_fail_percent);
+
   // Stops accepting calls and waits for those in flight.
   void Shutdown();
 
   class Impl;
 
  private:
+  class ControlService;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
   std::string address_;
 };
 
