@@ -124,8 +124,15 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
     delay = backoff_.Next(gen);
   }
   // RetryInfo sets a floor under whichever delay was chosen.
-  if (pushback.min_delay.has_value())
+  if (pushback.min_delay.has_value()) {
     delay = std::max(delay, *pushback.min_delay);
+  }
+  // Without a deadline nothing else bounds a server's delay: one that asks
+  // for more than kMaxServerDelay is read as "do not retry".
+  if (delay > kMaxServerDelay) {
+    d.reason = GiveUpReason::kPushbackStop;
+    return d;
+  }
   if (deadline_ != absl::InfiniteFuture() &&
       now + delay + policy_.min_attempt_time > deadline_) {
     d.reason = GiveUpReason::kDeadline;

@@ -28,6 +28,11 @@
 
 namespace rpcguard {
 
+// The longest wait a server may ask for (pushback or RetryInfo) before
+// rpcguard reads it as "do not retry" (give-up reason pushback_stop). The
+// deadline bounds waits anyway; this bounds calls without one.
+inline constexpr absl::Duration kMaxServerDelay = absl::Seconds(60);
+
 // Why a call stopped without success (or kNone). Names are stable: they
 // appear in status messages, traces and stats.
 enum class GiveUpReason {

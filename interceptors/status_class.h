@@ -44,7 +44,8 @@ class StatusCodeSet {
     for (grpc::StatusCode c : codes) Add(c);
   }
 
-  // Adds `code`; values outside 0..16 are ignored.
+  // Adds `code`; values outside 0..31 are ignored (parsers reject codes
+  // outside 0..16 before they get here).
   void Add(grpc::StatusCode code) {
     int c = static_cast<int>(code);
     if (c >= 0 && c < 32) bits_ |= uint32_t{1} << c;

@@ -361,16 +361,16 @@ TEST_F(RetryControllerTest, InfiniteDeadlineIsBoundedByMaxAttemptsOnly) {
     EXPECT_EQ(c.StartAttempt(), absl::InfiniteFuture());
     // Time flies: a thousand hours between attempts changes nothing.
     clock_.Advance(absl::Hours(1000));
-    // Odd attempts get a 500 hour pushback, even ones the (hours-long)
-    // backoff.
+    // Odd attempts get a 50 s pushback (under kMaxServerDelay), even ones
+    // the (hours-long) backoff of the policy itself.
     const bool pushback = attempt % 2 == 1;
     const Decision d = c.OnAttemptEnd(
         StatusCode::UNAVAILABLE,
-        pushback ? RetryAfter(absl::Hours(500)) : kNoPushback, false, gen());
+        pushback ? RetryAfter(absl::Seconds(50)) : kNoPushback, false, gen());
     if (attempt < 4) {
       ASSERT_EQ(d.action, Action::kRetry) << attempt;
       if (pushback) {
-        EXPECT_EQ(d.delay, absl::Hours(500));
+        EXPECT_EQ(d.delay, absl::Seconds(50));
       }
       clock_.Advance(d.delay);
     } else {
@@ -802,6 +802,36 @@ TEST(AnnotateMessageTest, OneAttemptWithNothingToSayIsUnchanged) {
     EXPECT_EQ(AnnotateMessage("x", 1, reason), "x") << GiveUpReasonName(reason);
     EXPECT_EQ(AnnotateMessage("", 1, reason), "") << GiveUpReasonName(reason);
   }
+}
+
+}  // namespace
+}  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+TEST(RetryControllerServerDelayTest, HugeServerDelayWithoutDeadlineStops) {
+  testing::FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = Idempotency::kIdempotent;
+  RetryController c(policy, /*may_repeat=*/true, absl::InfiniteFuture(),
+                    &clock);
+  std::mt19937_64 gen(1);
+  c.StartAttempt();
+  const Decision d = c.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE,
+                                    ParsePushback("9223372036854775807"),
+                                    /*caller_cancelled=*/false, gen);
+  EXPECT_EQ(d.action, Decision::Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kPushbackStop);
+  // Just under the cap is still honoured.
+  RetryController c2(policy, true, absl::InfiniteFuture(), &clock);
+  c2.StartAttempt();
+  Pushback hint;
+  hint.min_delay = kMaxServerDelay;
+  const Decision d2 =
+      c2.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE, hint, false, gen);
+  EXPECT_EQ(d2.action, Decision::Action::kRetry);
+  EXPECT_EQ(d2.delay, kMaxServerDelay);
 }
 
 }  // namespace
