@@ -116,20 +116,23 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
     return d;
   }
   absl::Duration delay;
+  bool server_chose = false;
   if (pushback.kind == Pushback::Kind::kRetryAfter) {
     // A6: the server's delay is used exactly, and backoff starts over.
     delay = pushback.delay;
     backoff_.Reset();
+    server_chose = true;
   } else {
     delay = backoff_.Next(gen);
   }
   // RetryInfo sets a floor under whichever delay was chosen.
-  if (pushback.min_delay.has_value()) {
-    delay = std::max(delay, *pushback.min_delay);
+  if (pushback.min_delay.has_value() && *pushback.min_delay > delay) {
+    delay = *pushback.min_delay;
+    server_chose = true;
   }
   // Without a deadline nothing else bounds a server's delay: one that asks
   // for more than kMaxServerDelay is read as "do not retry".
-  if (delay > kMaxServerDelay) {
+  if (server_chose && delay > kMaxServerDelay) {
     d.reason = GiveUpReason::kPushbackStop;
     return d;
   }
