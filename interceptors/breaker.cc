@@ -280,8 +280,9 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
       return;  // its state period is over
     }
     if (admission.probe_) {
-      // Same generation as a probe: still HALF_OPEN.
-      --probes_in_flight_;
+      // Same generation as a probe: still HALF_OPEN. (Never below 0, even
+      // if a caller records one admission twice.)
+      if (probes_in_flight_ > 0) --probes_in_flight_;
       if (result == AttemptResult::kSuccess) {
         if (++probe_successes_ >= options_.half_open_successes) {
           transitioned = TransitionLocked(
