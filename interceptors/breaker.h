@@ -38,12 +38,15 @@
 //   if (!a.allowed()) {  // fail fast: UNAVAILABLE, no I/O, no budget spent
 //     return Status(UNAVAILABLE, breaker->RefusalMessage(a));  // breaker_open
 //   }
-//   if (is_retry && !budget->TryAcquireRetry()) {
+//   if (!is_retry) {
+//     budget->RecordFirstAttempt();  // only calls that really go out earn
+//   } else if (!budget->TryAcquireRetry()) {
 //     breaker->Record(a, AttemptResult::kIgnored);  // gives back a probe
 //     ...give up: budget_exhausted
 //   }
 //   ...send the attempt...
 //   breaker->Record(a, AttemptResultFor(status_class, outcome));
+//   ...A6 throttle, if configured: see retry_budget.h...
 //
 // Every allowed Admission must be recorded exactly once (kIgnored when the
 // attempt was never sent); a lost HALF_OPEN probe is reclaimed only after

@@ -24,7 +24,13 @@
 // their gRPC service config along. Unlike the budget it is absolute, not
 // relative to traffic (grpc-go#7539), which is why RetryBudget exists.
 //
-// Both are kept per key by BreakerRegistry (breaker.h), next to the key's
+// The interceptor feeds the throttle every attempt's outcome, retries
+// included, as gRPC's own retry filter does: OK -> RecordSuccess(); a
+// retryable status or
+// pushback saying not to retry -> RecordFailure(), whose false return means
+// no retry (give-up reason budget_exhausted); other statuses -> nothing.
+//
+// All three are kept per key by BreakerRegistry (breaker.h), next to the key's
 // circuit breaker: the interceptor uses the channel target (or target +
 // service) for all three. Ask the breaker before the budget, so that a call
 // the breaker refuses spends no budget (see breaker.h).
