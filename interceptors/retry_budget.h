@@ -26,12 +26,12 @@
 //
 // The interceptor feeds the throttle every attempt's outcome, retries
 // included, as gRPC's own retry filter does: OK -> RecordSuccess(); a
-// retryable status or
-// pushback saying not to retry -> RecordFailure(), whose false return means
-// no retry (give-up reason budget_exhausted); other statuses -> nothing.
+// retryable status or pushback saying not to retry -> RecordFailure(), whose
+// false return means no retry (give-up reason budget_exhausted); any other
+// status -> nothing.
 //
-// All three are kept per key by BreakerRegistry (breaker.h), next to the key's
-// circuit breaker: the interceptor uses the channel target (or target +
+// All three are kept per key by BreakerRegistry (breaker.h), next to the
+// key's circuit breaker: the interceptor uses the channel target (or target +
 // service) for all three. Ask the breaker before the budget, so that a call
 // the breaker refuses spends no budget (see breaker.h).
 
