@@ -8,14 +8,14 @@
 //
 // States:
 //
-//   CLOSED ──(failure ratio >= failureRatio over >= minAttempts)──> OPEN
-//   OPEN ──(openTime elapsed; decided at the next Admit)──> HALF_OPEN
-//   HALF_OPEN ──(halfOpenSuccesses probe successes)──> CLOSED
-//   HALF_OPEN ──(a probe failed, or no probe reported in probeTimeout)──> OPEN
+//   CLOSED --(failure ratio >= failureRatio over >= minAttempts)--> OPEN
+//   OPEN --(openTime elapsed; decided at the next Admit)--> HALF_OPEN
+//   HALF_OPEN --(halfOpenSuccesses probe successes)--> CLOSED
+//   HALF_OPEN --(a probe failed, or no probe reported in probeTimeout)--> OPEN
 //
-//   any ──ForceOpen()──> FORCED_OPEN   (refuses everything until Reset())
-//   any ──Disable()──> DISABLED        (admits everything, records nothing)
-//   any ──Reset()──> CLOSED            (manual; forgets all history)
+//   any --ForceOpen()--> FORCED_OPEN   (refuses everything until Reset())
+//   any --Disable()--> DISABLED        (admits everything, records nothing)
+//   any --Reset()--> CLOSED            (manual; forgets all history)
 //
 // No other transition can happen (internal::IsLegalTransition lists them).
 // Time comes only from the injected Clock and is read when Admit or Record
