@@ -55,7 +55,8 @@ void BM_AdmitForcedOpen(benchmark::State& state) {
 }
 BENCHMARK(BM_AdmitForcedOpen)->Threads(1)->Threads(2);
 
-// Every call's first attempt, and one retry request (granted or not).
+// Every call's first attempt, and one retry request (granted or not): the
+// pattern of an outage, where every call asks for a retry.
 void BM_BudgetFirstAttemptAndRetry(benchmark::State& state) {
   static std::shared_ptr<RetryBudget> budget =
       *RetryBudget::Create(RetryBudgetOptions{});
@@ -65,6 +66,14 @@ void BM_BudgetFirstAttemptAndRetry(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BudgetFirstAttemptAndRetry)->Threads(1)->Threads(2);
+
+// The part every call pays: counting its first attempt.
+void BM_BudgetFirstAttempt(benchmark::State& state) {
+  static std::shared_ptr<RetryBudget> budget =
+      *RetryBudget::Create(RetryBudgetOptions{});
+  for (auto _ : state) budget->RecordFirstAttempt();
+}
+BENCHMARK(BM_BudgetFirstAttempt)->Threads(1)->Threads(2);
 
 // gRFC A6's throttle: one failure and one success (lock-free).
 void BM_ThrottleFailureAndSuccess(benchmark::State& state) {

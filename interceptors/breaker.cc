@@ -4,9 +4,11 @@
 //
 // The hot path is Admit + Record in CLOSED. Admit there is one atomic load
 // of word_ (state + generation), so most calls never touch the mutex to ask.
-// Record takes the mutex to add to the sliding window; only a failure sums
-// the window, since only a failure can raise the failure ratio.
-//
+// Record adds to a striped window: each thread counts into its own stripe,
+// under that stripe's lock, so concurrent callers neither wait for each other
+// nor bounce a cache line. Only a failure sums the stripes (only a failure
+// can raise the failure ratio), and only a trip takes the breaker's mutex.
+
 // The generation (the number of transitions so far) ties each Admission to
 // the state period that granted it. A result that arrives after the breaker
 // moved on (an attempt admitted in CLOSED finishing after the trip, a probe
@@ -272,49 +274,64 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
   if (result == AttemptResult::kIgnored && !admission.probe_) return;
 
   const absl::Time now = clock_->Now();
+  if (!admission.probe_) {
+    RecordClosed(admission, result == AttemptResult::kFailure, now);
+    return;
+  }
   bool transitioned = false;
   {
     internal::MutexLock lock(&mu_);
     if (GenerationOf(word_.load(std::memory_order_relaxed)) !=
         admission.generation_) {
-      return;  // its state period is over
+      return;  // its HALF_OPEN period is over
     }
-    if (admission.probe_) {
-      // Same generation as a probe: still HALF_OPEN. (Never below 0, even
-      // if a caller records one admission twice.)
-      if (probes_in_flight_ > 0) --probes_in_flight_;
-      if (result == AttemptResult::kSuccess) {
-        if (++probe_successes_ >= options_.half_open_successes) {
-          transitioned = TransitionLocked(
-              BreakerState::kHalfOpen, BreakerState::kClosed, now,
-              absl::StrCat(probe_successes_, " probe successes"),
-              /*manual=*/false);
-        }
-      } else if (result == AttemptResult::kFailure) {
-        OpenLocked(now, "probe failed");
-        transitioned = true;
+    // Never below 0, even if a caller records one admission twice.
+    if (probes_in_flight_ > 0) --probes_in_flight_;
+    if (result == AttemptResult::kSuccess) {
+      if (++probe_successes_ >= options_.half_open_successes) {
+        transitioned = TransitionLocked(
+            BreakerState::kHalfOpen, BreakerState::kClosed, now,
+            absl::StrCat(probe_successes_, " probe successes"),
+            /*manual=*/false);
       }
-    } else {
-      // Same generation as a CLOSED admission: still CLOSED.
-      const bool failed = result == AttemptResult::kFailure;
-      window_.Add(now, 1, failed ? 1 : 0);
-      if (failed) {
-        const internal::SlidingWindow::Counts counts = window_.Sum(now);
-        const double ratio =
-            static_cast<double>(counts.b) / static_cast<double>(counts.a);
-        if (counts.a >= options_.min_attempts &&
-            ratio >= options_.failure_ratio) {
-          OpenLocked(now, absl::StrFormat(
-                              "failure ratio %.2f >= %.2f over %d attempts "
-                              "in %s",
-                              ratio, options_.failure_ratio, counts.a,
-                              absl::FormatDuration(options_.window)));
-          transitioned = true;
-        }
-      }
+    } else if (result == AttemptResult::kFailure) {
+      OpenLocked(now, "probe failed");
+      transitioned = true;
     }
   }
   if (transitioned) Deliver();
+}
+
+void CircuitBreaker::RecordClosed(const Admission& admission, bool failed,
+                                  absl::Time now) {
+  // Checked under the stripe's lock: a transition holds every stripe while
+  // it changes the generation and clears the counts, so a result of an
+  // ended CLOSED period can never land in the next one.
+  const uint32_t generation = admission.generation_;
+  const bool added = window_.AddIf(now, 1, failed ? 1 : 0, [&] {
+    return GenerationOf(word_.load(std::memory_order_relaxed)) == generation;
+  });
+  // Only a failure can raise the failure ratio.
+  if (!added || !failed) return;
+  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  const double ratio =
+      static_cast<double>(counts.b) / static_cast<double>(counts.a);
+  if (counts.a < options_.min_attempts || ratio < options_.failure_ratio) {
+    return;
+  }
+  {
+    internal::MutexLock lock(&mu_);
+    // Another caller may have tripped (or reset) it meanwhile.
+    if (GenerationOf(word_.load(std::memory_order_relaxed)) != generation) {
+      return;
+    }
+    OpenLocked(now,
+               absl::StrFormat("failure ratio %.2f >= %.2f over %d attempts "
+                               "in %s",
+                               ratio, options_.failure_ratio, counts.a,
+                               absl::FormatDuration(options_.window)));
+  }
+  Deliver();
 }
 
 void CircuitBreaker::OpenLocked(absl::Time now, std::string reason) {
@@ -344,15 +361,11 @@ bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
     return false;
   }
   // Every state starts with a clean slate.
-  window_.Clear();
   probes_in_flight_ = 0;
   probe_successes_ = 0;
   if (to == BreakerState::kClosed) closed_since_ = now;
   if (to == BreakerState::kHalfOpen) last_probe_admitted_ = now;
-  const uint32_t generation = GenerationOf(word) + 1;
-  word_.store(
-      (static_cast<uint64_t>(generation) << 8) | static_cast<uint64_t>(to),
-      std::memory_order_release);
+  NextGenerationLocked(to);
   ++transitions_;
   if (listener_) {
     BreakerTransition t;
@@ -367,6 +380,17 @@ bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
     pending_.push_back(std::move(t));
   }
   return true;
+}
+
+void CircuitBreaker::NextGenerationLocked(BreakerState state) {
+  const uint32_t generation =
+      GenerationOf(word_.load(std::memory_order_relaxed)) + 1;
+  window_.LockAll();
+  window_.ClearLocked();
+  word_.store(
+      (static_cast<uint64_t>(generation) << 8) | static_cast<uint64_t>(state),
+      std::memory_order_release);
+  window_.UnlockAll();
 }
 
 void CircuitBreaker::Deliver() {
@@ -407,11 +431,8 @@ void CircuitBreaker::ManualTransition(BreakerState to,
     } else if (to == BreakerState::kClosed) {
       // Reset() in CLOSED: forget the history, and the results of attempts
       // admitted before it, without a transition.
-      window_.Clear();
       closed_since_ = now;
-      word_.store((static_cast<uint64_t>(GenerationOf(word) + 1) << 8) |
-                      static_cast<uint64_t>(to),
-                  std::memory_order_release);
+      NextGenerationLocked(to);
     }
   }
   if (transitioned) Deliver();

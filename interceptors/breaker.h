@@ -234,9 +234,11 @@ bool IsLegalTransition(BreakerState from, BreakerState to, bool manual);
 
 // One destination's breaker.
 //
-// Thread-safe. Admit in CLOSED or DISABLED is one atomic load. Everything
-// else holds a per-breaker mutex for the few nanoseconds of counter updates,
-// never while calling out: listeners run after the lock is released, one at a
+// Thread-safe. Admit in CLOSED or DISABLED is one atomic load; Record in
+// CLOSED adds to one of several striped counters (so concurrent callers
+// rarely share a lock), and only a failure sums them. Everything else holds
+// a per-breaker mutex for the few nanoseconds of counter updates, never
+// while calling out: listeners run after the lock is released, one at a
 // time and in transition order, on the thread of a caller whose Admit,
 // Record or manual call caused a transition (or of another caller that was
 // delivering at that moment). Listeners may call back into the breaker.
@@ -314,6 +316,13 @@ class CircuitBreaker {
   bool TransitionLocked(BreakerState from, BreakerState to, absl::Time now,
                         std::string reason, bool manual)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Record for an admission from CLOSED.
+  void RecordClosed(const Admission& admission, bool failed, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a new state period: bumps the generation, stores `state`, and
+  // clears the window, as one step for RecordClosed.
+  void NextGenerationLocked(BreakerState state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Trips into OPEN from CLOSED or HALF_OPEN, growing the open time.
   void OpenLocked(absl::Time now, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -333,8 +342,12 @@ class CircuitBreaker {
   // Admit refusals; incremented without the lock.
   std::atomic<uint64_t> refused_{0};
 
+  // CLOSED's outcomes (a: attempts, b: failures). Striped, with locks of its
+  // own, so that concurrent Records rarely meet; cleared, together with the
+  // change of word_, while holding mu_ and every stripe.
+  internal::StripedWindow window_;
+
   mutable internal::Mutex mu_;
-  internal::SlidingWindow window_ ABSL_GUARDED_BY(mu_);
   absl::Time closed_since_ ABSL_GUARDED_BY(mu_);
   absl::Time open_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // The length of the current (or last) open period.

@@ -74,36 +74,37 @@ RetryBudget::RetryBudget(const RetryBudgetOptions& options, Clock* clock)
       clock_(clock),
       floor_(options.min_retries_per_second *
              absl::ToDoubleSeconds(options.window)),
-      window_(options.window, options.buckets) {}
+      first_attempts_(options.window, options.buckets),
+      retries_(options.window, options.buckets) {}
 
 void RetryBudget::RecordFirstAttempt() {
-  const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
-  window_.Add(now, 1, 0);
+  first_attempts_.Add(clock_->Now(), 1, 0);
 }
 
 bool RetryBudget::TryAcquireRetry() {
   const absl::Time now = clock_->Now();
   internal::MutexLock lock(&mu_);
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  // A first attempt counted concurrently may be missed: that only makes
+  // this decision stricter, never overdraws.
+  const int64_t first_attempts = first_attempts_.Sum(now).a;
+  const int64_t retries = retries_.Sum(now).a;
   const double allowance =
-      options_.ratio * static_cast<double>(counts.a) + floor_;
-  if (static_cast<double>(counts.b + 1) > allowance + kAllowanceSlack) {
+      options_.ratio * static_cast<double>(first_attempts) + floor_;
+  if (static_cast<double>(retries + 1) > allowance + kAllowanceSlack) {
     ++refused_;
     return false;
   }
-  window_.Add(now, 0, 1);
+  retries_.Add(now, 1, 0);
   return true;
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {
   const absl::Time now = clock_->Now();
   internal::MutexLock lock(&mu_);
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
   RetryBudgetSnapshot s;
-  s.first_attempts = counts.a;
-  s.retries = counts.b;
-  s.allowance = options_.ratio * static_cast<double>(counts.a) + floor_;
+  s.first_attempts = first_attempts_.Sum(now).a;
+  s.retries = retries_.Sum(now).a;
+  s.allowance = options_.ratio * static_cast<double>(s.first_attempts) + floor_;
   s.refused = refused_;
   return s;
 }

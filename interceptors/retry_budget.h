@@ -92,8 +92,11 @@ struct RetryBudgetSnapshot {
   uint64_t refused = 0;        // TryAcquireRetry refusals in all
 };
 
-// A retry budget shared by every call of one key. Thread-safe: each call
-// holds a per-budget mutex for a bucket update.
+// A retry budget shared by every call of one key. Thread-safe.
+// RecordFirstAttempt, made by every call, counts into a striped window (each
+// thread into its own stripe, so concurrent calls rarely share a lock);
+// TryAcquireRetry, made only after a failure, sums the stripes under a
+// per-budget mutex, so that concurrent retries never overdraw the budget.
 class RetryBudget {
  public:
   // Errors: InvalidArgument from options.Validate(). `clock` (null:
@@ -123,9 +126,12 @@ class RetryBudget {
   // The floor's share of the allowance: minRetriesPerSecond x window.
   const double floor_;
 
+  // First attempts (a; b unused), with locks of its own.
+  internal::StripedWindow first_attempts_;
+
   internal::Mutex mu_;
-  // a: first attempts, b: retries.
-  internal::SlidingWindow window_ ABSL_GUARDED_BY(mu_);
+  // Granted retries (a; b unused).
+  internal::SlidingWindow retries_ ABSL_GUARDED_BY(mu_);
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
