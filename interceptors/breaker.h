@@ -105,7 +105,7 @@ struct BreakerOptions {
   // "window", "buckets": outcomes are counted over the last `window`, in
   // `buckets` buckets that age out one at a time. 10 s in 1 s buckets sees an
   // outage within seconds, yet needs a sustained failure rate, not one burst
-  // (Polly and resilience4j use time windows of this order).
+  // (Polly samples 30 s in 10 buckets; a shorter window reacts sooner).
   absl::Duration window = absl::Seconds(10);
   int buckets = 10;
 
@@ -215,8 +215,9 @@ struct BreakerSnapshot {
   int64_t window_failures = 0;
   int probes_in_flight = 0;  // HALF_OPEN only
   int probe_successes = 0;   // HALF_OPEN only
-  // Trips since the last healthy period; the next open time is
-  // min(openTime * 2^trips, maxOpenTime).
+  // Trips since the last healthy period; unless healthyPeriod passes in
+  // CLOSED first, the next open time is min(openTime * 2^trips,
+  // maxOpenTime).
   int consecutive_trips = 0;
   absl::Time open_until = absl::InfinitePast();  // OPEN only
   uint64_t transitions = 0;                      // in all
