@@ -213,6 +213,18 @@ Admission CircuitBreaker::Admit() {
 
   // Read before locking, to keep the clock out of the critical section.
   const absl::Time now = clock_->Now();
+  if (admission.state_ == BreakerState::kOpen) {
+    // Stored before word_ turned OPEN: at least as new as this OPEN period.
+    const absl::Time until =
+        absl::FromUnixNanos(open_until_ns_.load(std::memory_order_acquire));
+    if (now < until) {
+      // Still open: refuse without the lock, as every call does during an
+      // outage.
+      admission.next_probe_ = until;
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return admission;
+    }
+  }
   bool transitioned = false;
   {
     internal::MutexLock lock(&mu_);
@@ -347,7 +359,7 @@ void CircuitBreaker::OpenLocked(absl::Time now, std::string reason) {
   }
   current_open_time_ = std::min(open_time, options_.max_open_time);
   ++consecutive_trips_;
-  open_until_ = now + current_open_time_;
+  SetOpenUntilLocked(now + current_open_time_);
   const bool ok = TransitionLocked(from, BreakerState::kOpen, now,
                                    std::move(reason), /*manual=*/false);
   static_cast<void>(ok);  // only called from CLOSED and HALF_OPEN
@@ -380,6 +392,11 @@ bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
     pending_.push_back(std::move(t));
   }
   return true;
+}
+
+void CircuitBreaker::SetOpenUntilLocked(absl::Time t) {
+  open_until_ = t;
+  open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
 }
 
 void CircuitBreaker::NextGenerationLocked(BreakerState state) {
@@ -423,7 +440,7 @@ void CircuitBreaker::ManualTransition(BreakerState to,
     const BreakerState from = StateOf(word);
     if (to == BreakerState::kClosed) {
       consecutive_trips_ = 0;
-      open_until_ = absl::InfinitePast();
+      SetOpenUntilLocked(absl::InfinitePast());
     }
     if (from != to) {
       transitioned = TransitionLocked(from, to, now, std::string(reason),

@@ -235,11 +235,12 @@ bool IsLegalTransition(BreakerState from, BreakerState to, bool manual);
 
 // One destination's breaker.
 //
-// Thread-safe. Admit in CLOSED or DISABLED is one atomic load; Record in
-// CLOSED adds to one of several striped counters (so concurrent callers
-// rarely share a lock), and only a failure sums them. Everything else holds
-// a per-breaker mutex for the few nanoseconds of counter updates, never
-// while calling out: listeners run after the lock is released, one at a
+// Thread-safe, and lock-free where traffic is heavy: Admit in CLOSED or
+// DISABLED is one atomic load, and in OPEN (before the open time is over) a
+// clock read and a few atomics; Record in CLOSED adds to one of several
+// striped counters (so concurrent callers rarely share a lock), and only a
+// failure sums them. Everything else holds a per-breaker mutex for the few
+// nanoseconds of counter updates, never while calling out: listeners run after the lock is released, one at a
 // time and in transition order, on the thread of a caller whose Admit,
 // Record or manual call caused a transition (or of another caller that was
 // delivering at that moment). Listeners may call back into the breaker.
@@ -324,6 +325,7 @@ class CircuitBreaker {
   // clears the window, as one step for RecordClosed.
   void NextGenerationLocked(BreakerState state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetOpenUntilLocked(absl::Time t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Trips into OPEN from CLOSED or HALF_OPEN, growing the open time.
   void OpenLocked(absl::Time now, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -342,6 +344,9 @@ class CircuitBreaker {
   std::atomic<uint64_t> word_;
   // Admit refusals; incremented without the lock.
   std::atomic<uint64_t> refused_{0};
+  // open_until_ in Unix nanoseconds, for Admit in OPEN without the lock.
+  // Written under mu_ before word_ turns OPEN.
+  std::atomic<int64_t> open_until_ns_{INT64_MIN};
 
   // CLOSED's outcomes (a: attempts, b: failures). Striped, with locks of its
   // own, so that concurrent Records rarely meet; cleared, together with the
