@@ -1,0 +1,459 @@
+// Copyright rpcguard authors.
+//
+// RetryBudget (ratio over a window plus a floor) and RetryThrottle (gRFC A6
+// token arithmetic), under a fake clock; and what each does to a total
+// outage under steady load. Tagged for the ThreadSanitizer run: the threaded
+// tests at the end create no gRPC objects.
+
+#include "interceptors/retry_budget.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fake_clock.h"
+
+namespace rpcguard {
+namespace {
+
+using ::rpcguard::testing::FakeClock;
+
+std::shared_ptr<RetryBudget> MakeBudget(const RetryBudgetOptions& options,
+                                        Clock* clock) {
+  absl::StatusOr<std::shared_ptr<RetryBudget>> budget =
+      RetryBudget::Create(options, clock);
+  EXPECT_TRUE(budget.ok()) << budget.status();
+  return *budget;
+}
+
+std::shared_ptr<RetryThrottle> MakeThrottle(double max_tokens,
+                                            double token_ratio) {
+  absl::StatusOr<std::shared_ptr<RetryThrottle>> throttle =
+      RetryThrottle::Create(RetryThrottleOptions{max_tokens, token_ratio});
+  EXPECT_TRUE(throttle.ok()) << throttle.status();
+  return *throttle;
+}
+
+// Retries granted until the first refusal.
+int DrainRetries(RetryBudget& budget) {
+  int granted = 0;
+  while (budget.TryAcquireRetry()) ++granted;
+  return granted;
+}
+
+void RecordFirstAttempts(RetryBudget& budget, int n) {
+  for (int i = 0; i < n; ++i) budget.RecordFirstAttempt();
+}
+
+RetryBudgetOptions RatioOnly(double ratio) {
+  RetryBudgetOptions o;
+  o.ratio = ratio;
+  o.min_retries_per_second = 0;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// RetryBudget
+
+TEST(RetryBudgetOptionsTest, Defaults) {
+  const RetryBudgetOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.window, absl::Seconds(10));
+  EXPECT_EQ(o.buckets, 10);
+  EXPECT_EQ(o.ratio, 0.2);
+  EXPECT_EQ(o.min_retries_per_second, 10);
+}
+
+TEST(RetryBudgetOptionsTest, EachBadFieldIsNamedExactly) {
+  struct Case {
+    void (*mutate)(RetryBudgetOptions&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](RetryBudgetOptions& o) { o.window = absl::ZeroDuration(); },
+       "retryBudget.window: must be greater than 0"},
+      {[](RetryBudgetOptions& o) { o.window = absl::InfiniteDuration(); },
+       "retryBudget.window: must be finite"},
+      {[](RetryBudgetOptions& o) { o.buckets = 0; },
+       "retryBudget.buckets: must be in [1, 1000]"},
+      {[](RetryBudgetOptions& o) { o.window = absl::Microseconds(9999); },
+       "retryBudget.window: must be at least 1ms per bucket"},
+      {[](RetryBudgetOptions& o) { o.ratio = -0.1; },
+       "retryBudget.ratio: must be in [0, 1]"},
+      {[](RetryBudgetOptions& o) { o.ratio = 1.5; },
+       "retryBudget.ratio: must be in [0, 1]"},
+      {[](RetryBudgetOptions& o) { o.ratio = std::nan(""); },
+       "retryBudget.ratio: must be in [0, 1]"},
+      {[](RetryBudgetOptions& o) { o.min_retries_per_second = -1; },
+       "retryBudget.minRetriesPerSecond: must be a finite number, at least 0"},
+      {[](RetryBudgetOptions& o) {
+         o.min_retries_per_second = std::numeric_limits<double>::infinity();
+       },
+       "retryBudget.minRetriesPerSecond: must be a finite number, at least 0"},
+      {[](RetryBudgetOptions& o) {
+         o.ratio = 0;
+         o.min_retries_per_second = 0;
+       },
+       "retryBudget: ratio and minRetriesPerSecond are both 0, which forbids "
+       "every retry"},
+  };
+  for (const Case& c : cases) {
+    RetryBudgetOptions o;
+    c.mutate(o);
+    const absl::Status s = o.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(s.message(), c.message);
+    EXPECT_EQ(RetryBudget::Create(o).status(), s);
+  }
+}
+
+TEST(RetryBudgetTest, FloorAloneAllowsMinRetriesPerSecondTimesWindow) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  EXPECT_EQ(DrainRetries(*budget), 100);  // 10/s x 10 s, no first attempts
+  const RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(s.retries, 100);
+  EXPECT_EQ(s.first_attempts, 0);
+  EXPECT_EQ(s.allowance, 100);
+  EXPECT_EQ(s.refused, 1u);
+}
+
+TEST(RetryBudgetTest, RatioOfFirstAttempts) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);
+  EXPECT_FALSE(budget->TryAcquireRetry());
+  RecordFirstAttempts(*budget, 100);
+  EXPECT_EQ(DrainRetries(*budget), 20);
+  RecordFirstAttempts(*budget, 4);
+  EXPECT_FALSE(budget->TryAcquireRetry());  // 20.8: not a whole retry yet
+  RecordFirstAttempts(*budget, 1);
+  EXPECT_TRUE(budget->TryAcquireRetry());  // 21
+  EXPECT_FALSE(budget->TryAcquireRetry());
+}
+
+TEST(RetryBudgetTest, RatioPlusFloor) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  RecordFirstAttempts(*budget, 1000);
+  EXPECT_EQ(DrainRetries(*budget), 300);  // 0.2 x 1000 + 100
+}
+
+TEST(RetryBudgetTest, RetriesEarnedLongAgoExpireWithTheWindow) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);
+  RecordFirstAttempts(*budget, 100);
+  EXPECT_EQ(DrainRetries(*budget), 20);
+  clock.Advance(absl::Seconds(5));
+  RecordFirstAttempts(*budget, 50);
+  EXPECT_EQ(DrainRetries(*budget), 10);
+  // The first bucket (100 first attempts, 20 retries) leaves the window;
+  // the 50 and their 10 retries remain.
+  clock.Advance(absl::Seconds(5));
+  EXPECT_EQ(budget->Snapshot().first_attempts, 50);
+  EXPECT_EQ(budget->Snapshot().retries, 10);
+  EXPECT_FALSE(budget->TryAcquireRetry());
+  clock.Advance(absl::Seconds(5));  // all gone
+  const RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(s.first_attempts, 0);
+  EXPECT_EQ(s.retries, 0);
+  EXPECT_FALSE(budget->TryAcquireRetry());
+  RecordFirstAttempts(*budget, 5);
+  EXPECT_TRUE(budget->TryAcquireRetry());
+}
+
+TEST(RetryBudgetTest, SpentRetriesAlsoExpire) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  EXPECT_EQ(DrainRetries(*budget), 100);
+  clock.Advance(absl::Seconds(10));
+  EXPECT_EQ(DrainRetries(*budget), 100);  // the floor is back
+}
+
+// ---------------------------------------------------------------------------
+// RetryThrottle: gRFC A6
+
+TEST(RetryThrottleOptionsTest, EachBadFieldIsNamedExactly) {
+  struct Case {
+    RetryThrottleOptions options;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{0, 0.1}, "retryThrottling.maxTokens: must be greater than 0"},
+      {{-1, 0.1}, "retryThrottling.maxTokens: must be greater than 0"},
+      {{1000.5, 0.1}, "retryThrottling.maxTokens: must be at most 1000"},
+      {{0.0009, 0.1}, "retryThrottling.maxTokens: must be at least 0.001"},
+      {{10, 0}, "retryThrottling.tokenRatio: must be greater than 0"},
+      {{10, std::numeric_limits<double>::infinity()},
+       "retryThrottling.tokenRatio: must be finite"},
+      {{10, 0.0009},
+       "retryThrottling.tokenRatio: must be at least 0.001 (3 decimal places "
+       "are kept)"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = c.options.Validate();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(s.message(), c.message);
+    EXPECT_EQ(RetryThrottle::Create(c.options).status(), s);
+  }
+  EXPECT_TRUE((RetryThrottleOptions{1000, 0.001}).Validate().ok());
+}
+
+TEST(RetryThrottleTest, KeepsThreeDecimalPlaces) {
+  EXPECT_EQ(internal::ToThousandths(0.1), 100);
+  EXPECT_EQ(internal::ToThousandths(0.29), 290);  // 0.28999... in binary
+  EXPECT_EQ(internal::ToThousandths(0.1239), 123);
+  EXPECT_EQ(internal::ToThousandths(0.0009), 0);
+  EXPECT_EQ(internal::ToThousandths(10), 10000);
+  EXPECT_EQ(internal::ToThousandths(1000), 1000000);
+  EXPECT_EQ(MakeThrottle(10, 0.1239)->milli_token_ratio(), 123);
+}
+
+TEST(RetryThrottleTest, A6TokenArithmetic) {
+  // A6's example: maxTokens 10, tokenRatio 0.1; threshold 5.
+  auto t = MakeThrottle(10, 0.1);
+  EXPECT_EQ(t->max_milli_tokens(), 10000);
+  EXPECT_EQ(t->milli_tokens(), 10000);  // starts full
+  EXPECT_TRUE(t->RetryAllowed());
+  EXPECT_TRUE(t->RecordFailure());  // 9
+  EXPECT_TRUE(t->RecordFailure());  // 8
+  EXPECT_TRUE(t->RecordFailure());  // 7
+  EXPECT_TRUE(t->RecordFailure());  // 6 > 5
+  EXPECT_EQ(t->milli_tokens(), 6000);
+  EXPECT_FALSE(t->RecordFailure());  // 5 <= 5: retries stop
+  EXPECT_EQ(t->milli_tokens(), 5000);
+  EXPECT_FALSE(t->RetryAllowed());
+  t->RecordSuccess();  // 5.1 > 5: allowed again
+  EXPECT_EQ(t->milli_tokens(), 5100);
+  EXPECT_TRUE(t->RetryAllowed());
+  EXPECT_FALSE(t->RecordFailure());  // 4.1
+  EXPECT_EQ(t->milli_tokens(), 4100);
+}
+
+TEST(RetryThrottleTest, NeverBelowZeroNorAboveMax) {
+  auto t = MakeThrottle(10, 0.1);
+  for (int i = 0; i < 25; ++i) t->RecordFailure();
+  EXPECT_EQ(t->milli_tokens(), 0);
+  t->RecordSuccess();
+  EXPECT_EQ(t->milli_tokens(), 100);
+  for (int i = 0; i < 200; ++i) t->RecordSuccess();
+  EXPECT_EQ(t->milli_tokens(), 10000);
+  // It takes 51 successes from empty to rise above the threshold again.
+  for (int i = 0; i < 25; ++i) t->RecordFailure();
+  for (int i = 0; i < 50; ++i) t->RecordSuccess();
+  EXPECT_FALSE(t->RetryAllowed());  // exactly 5
+  t->RecordSuccess();
+  EXPECT_TRUE(t->RetryAllowed());
+}
+
+TEST(RetryThrottleTest, ThresholdWithOddAndFractionalMaxTokens) {
+  auto three = MakeThrottle(3, 1);       // threshold 1.5
+  EXPECT_TRUE(three->RecordFailure());   // 2
+  EXPECT_FALSE(three->RecordFailure());  // 1
+  auto one = MakeThrottle(1, 0.1);       // threshold 0.5
+  EXPECT_FALSE(one->RecordFailure());    // 0
+  for (int i = 0; i < 5; ++i) one->RecordSuccess();
+  EXPECT_FALSE(one->RetryAllowed());  // 0.5
+  one->RecordSuccess();
+  EXPECT_TRUE(one->RetryAllowed());     // 0.6
+  auto frac = MakeThrottle(2.5, 0.25);  // threshold 1.25
+  EXPECT_TRUE(frac->RecordFailure());   // 1.5
+  EXPECT_FALSE(frac->RecordFailure());  // 0.5
+  frac->RecordSuccess();
+  frac->RecordSuccess();
+  frac->RecordSuccess();  // 1.25
+  EXPECT_FALSE(frac->RetryAllowed());
+  frac->RecordSuccess();  // 1.5
+  EXPECT_TRUE(frac->RetryAllowed());
+}
+
+TEST(RetryThrottleTest, ANewConfigStartsFromTheOldFill) {
+  auto old_throttle = MakeThrottle(10, 0.1);
+  for (int i = 0; i < 3; ++i) old_throttle->RecordFailure();  // 7 of 10
+  auto t =
+      *RetryThrottle::Create(RetryThrottleOptions{20, 0.5}, old_throttle.get());
+  EXPECT_EQ(t->milli_tokens(), 14000);
+  EXPECT_EQ((*RetryThrottle::Create(RetryThrottleOptions{20, 0.5}, nullptr))
+                ->milli_tokens(),
+            20000);
+}
+
+// ---------------------------------------------------------------------------
+// A total outage under steady load: 100 calls/s for 60 s, each call wanting
+// up to 4 attempts, every attempt failing. The fake clock starts on a whole
+// second, so the run is exactly 6 windows of 10 buckets.
+
+struct OutageFigures {
+  double attempts_per_call = 0;         // the whole run
+  double steady_attempts_per_call = 0;  // after the first window
+};
+
+// `budget` and `throttle` may be null.
+OutageFigures RunOutage(FakeClock& clock, RetryBudget* budget,
+                        RetryThrottle* throttle) {
+  constexpr int kCallsPerSecond = 100;
+  constexpr int kSeconds = 60;
+  constexpr int kMaxAttempts = 4;
+  constexpr int kWarmupCalls = 10 * kCallsPerSecond;
+  int64_t calls = 0, attempts = 0, steady_calls = 0, steady_attempts = 0;
+  for (int i = 0; i < kCallsPerSecond * kSeconds; ++i) {
+    if (budget != nullptr) budget->RecordFirstAttempt();
+    int n = 0;
+    while (true) {
+      ++n;  // an attempt, failing
+      // A6 counts every failed attempt, and decides on it.
+      const bool throttle_allows =
+          throttle == nullptr || throttle->RecordFailure();
+      if (n == kMaxAttempts || !throttle_allows) break;
+      if (budget != nullptr && !budget->TryAcquireRetry()) break;
+    }
+    ++calls;
+    attempts += n;
+    if (i >= kWarmupCalls) {
+      ++steady_calls;
+      steady_attempts += n;
+    }
+    clock.Advance(absl::Seconds(1) / kCallsPerSecond);
+  }
+  return {static_cast<double>(attempts) / calls,
+          static_cast<double>(steady_attempts) / steady_calls};
+}
+
+TEST(RetryStormTest, WithoutABudgetEveryCallMakesMaxAttempts) {
+  FakeClock clock;
+  const OutageFigures f = RunOutage(clock, nullptr, nullptr);
+  EXPECT_EQ(f.attempts_per_call, 4.0);
+  EXPECT_EQ(f.steady_attempts_per_call, 4.0);
+}
+
+TEST(RetryStormTest, BudgetHoldsAttemptsPerCallToOnePlusRatioPlusFloor) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  const OutageFigures f = RunOutage(clock, budget.get(), nullptr);
+  // 1 + 0.2 + (10 retries/s) / (100 calls/s).
+  const double bound = 1 + 0.2 + 10.0 / 100;
+  EXPECT_LE(f.attempts_per_call, bound + 1e-9);
+  EXPECT_LE(f.steady_attempts_per_call, bound + 1e-9);
+  // And the budget is spent, not wasted.
+  EXPECT_GE(f.steady_attempts_per_call, bound - 0.01);
+  ::testing::Test::RecordProperty("attempts_per_call",
+                                  std::to_string(f.attempts_per_call));
+  ::testing::Test::RecordProperty("steady_attempts_per_call",
+                                  std::to_string(f.steady_attempts_per_call));
+}
+
+TEST(RetryStormTest, BudgetWithoutFloorHoldsToOnePlusRatio) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.1), &clock);  // the SRE book's 10%
+  const OutageFigures f = RunOutage(clock, budget.get(), nullptr);
+  EXPECT_LE(f.attempts_per_call, 1.1 + 1e-9);
+  EXPECT_GE(f.steady_attempts_per_call, 1.1 - 0.01);
+}
+
+TEST(RetryStormTest, A6ThrottleStopsRetryingAfterHalfTheTokens) {
+  FakeClock clock;
+  auto throttle = MakeThrottle(10, 0.1);
+  const OutageFigures f = RunOutage(clock, nullptr, throttle.get());
+  // The first call's 4 attempts take the count from 10 to 6; the next
+  // failure takes it to 5, the threshold, and no success ever refills it.
+  EXPECT_EQ(f.steady_attempts_per_call, 1.0);
+  EXPECT_EQ(f.attempts_per_call, (6000.0 + 3) / 6000);
+}
+
+TEST(RetryStormTest, BudgetNeverLimitsALightlyFailingDestination) {
+  // 10% of attempts fail: every failure is retried.
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  int attempt = 0;
+  int64_t failed_calls = 0;
+  for (int i = 0; i < 6000; ++i) {
+    clock.Advance(absl::Milliseconds(10));
+    budget->RecordFirstAttempt();
+    for (int n = 1; n <= 4; ++n) {
+      const bool failed = ++attempt % 10 == 0;
+      if (!failed) break;
+      if (n == 4) {
+        ++failed_calls;
+      } else {
+        ASSERT_TRUE(budget->TryAcquireRetry()) << i;
+      }
+    }
+  }
+  EXPECT_EQ(budget->Snapshot().refused, 0u);
+  EXPECT_EQ(failed_calls, 0);
+}
+
+TEST(RetryStormTest, AQuietClientCanStillRetryEverything) {
+  // One call a second, all failing: the floor covers every retry.
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  for (int i = 0; i < 120; ++i) {
+    clock.Advance(absl::Seconds(1));
+    budget->RecordFirstAttempt();
+    for (int n = 1; n < 4; ++n) ASSERT_TRUE(budget->TryAcquireRetry()) << i;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Threads (for ThreadSanitizer; the clock does not move while they run).
+
+TEST(RetryBudgetThreadsTest, ConcurrentCallersNeverExceedTheAllowance) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  constexpr int kThreads = 8;
+  constexpr int kCallsPerThread = 1000;
+  std::vector<int64_t> granted(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        budget->RecordFirstAttempt();
+        for (int n = 0; n < 3; ++n) {
+          if (budget->TryAcquireRetry()) ++granted[t];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int64_t total = 0;
+  for (int64_t g : granted) total += g;
+  const RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(s.first_attempts, kThreads * kCallsPerThread);
+  EXPECT_EQ(s.retries, total);
+  // Interleaving decides when retries are granted, never how many in all:
+  // at most the final allowance, 0.2 x 8000 + 100.
+  EXPECT_LE(total, 1700);
+  EXPECT_EQ(s.refused,
+            static_cast<uint64_t>(kThreads * kCallsPerThread * 3 - total));
+}
+
+TEST(RetryThrottleThreadsTest, ConcurrentUpdatesAreExact) {
+  auto throttle = MakeThrottle(1000, 0.5);
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  // Failures only, from full: order cannot matter.
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) throttle->RecordFailure();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(throttle->milli_tokens(), (1000 - 800) * 1000);
+  threads.clear();
+  // Successes only: 8 x 100 x 0.5 = 400 more.
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) throttle->RecordSuccess();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(throttle->milli_tokens(), 600 * 1000);
+}
+
+}  // namespace
+}  // namespace rpcguard
