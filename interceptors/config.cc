@@ -406,10 +406,12 @@ using PolicyMap = absl::flat_hash_map<std::string, Entry>;
 class ConfigReader {
  public:
   ConfigReader(PolicyMap* methods, PolicyMap* services,
-               std::optional<Entry>* default_policy)
+               std::optional<Entry>* default_policy,
+               DestinationConfig* destination)
       : methods_(methods),
         services_(services),
-        default_policy_(default_policy) {}
+        default_policy_(default_policy),
+        destination_(destination) {}
 
   absl::Status Read(const Json& root) {
     ReadTop(root);
@@ -460,6 +462,8 @@ class ConfigReader {
         if (!ReadMethodConfigs(m.value, m.key)) return false;
       } else if (m.key == "retryThrottling") {
         if (!ReadRetryThrottling(m.value, m.key)) return false;
+      } else if (m.key == "rpcguard") {
+        if (!ReadDestination(m.value, m.key)) return false;
       } else if (!CheckNearMiss(m.key)) {
         return false;
       }
@@ -475,7 +479,8 @@ class ConfigReader {
   bool CheckNearMiss(absl::string_view key) {
     const std::string folded =
         absl::AsciiStrToLower(absl::StrReplaceAll(key, {{"_", ""}}));
-    for (absl::string_view known : {"methodConfig", "retryThrottling"}) {
+    for (absl::string_view known :
+         {"methodConfig", "retryThrottling", "rpcguard"}) {
       if (folded == absl::AsciiStrToLower(known)) {
         return Fail(
             key, absl::StrCat("unknown field (did you mean \"", known, "\"?)"));
@@ -738,6 +743,7 @@ class ConfigReader {
   // nothing is stored yet.
   bool ReadRetryThrottling(const Json& v, const std::string& path) {
     if (!CheckType(v, Json::Type::kObject, path)) return false;
+    RetryThrottleOptions throttle;
     bool has_max_tokens = false;
     bool has_token_ratio = false;
     for (const JsonMember& m : v.object) {
@@ -749,10 +755,12 @@ class ConfigReader {
         if (m.value.number > kMaxRetryTokens) {
           return Fail(field, absl::StrCat("must be at most ", kMaxRetryTokens));
         }
+        throttle.max_tokens = m.value.number;
       } else if (m.key == "tokenRatio") {
         has_token_ratio = true;
         if (!CheckType(m.value, Json::Type::kNumber, field)) return false;
         if (m.value.number <= 0) return Fail(field, "must be greater than 0");
+        throttle.token_ratio = m.value.number;
       } else {
         return Fail(field, "unknown field");
       }
@@ -763,12 +771,140 @@ class ConfigReader {
     if (!has_token_ratio) {
       return Fail(Child(path, "tokenRatio"), "field is required");
     }
+    // The throttle's own rules (tokenRatio keeps 3 decimals, so >= 0.001).
+    const absl::Status valid = throttle.Validate();
+    if (!valid.ok()) return Fail(path, valid.message());
+    destination_->throttle = throttle;
+    return true;
+  }
+
+  // The top-level "rpcguard" object: settings of the destination (breaker,
+  // budget, breaker key) rather than of a method.
+  bool ReadDestination(const Json& v, const std::string& path) {
+    if (!CheckType(v, Json::Type::kObject, path)) return false;
+    for (const JsonMember& m : v.object) {
+      const std::string field = Child(path, m.key);
+      bool ok = true;
+      if (m.key == "circuitBreaker") {
+        ok = ReadBreaker(m.value, field);
+      } else if (m.key == "retryBudget") {
+        ok = ReadBudget(m.value, field);
+      } else if (m.key == "breakerKey") {
+        ok = CheckType(m.value, Json::Type::kString, field);
+        if (ok && m.value.string == "target") {
+          destination_->key_per_service = false;
+        } else if (ok && m.value.string == "target_and_service") {
+          destination_->key_per_service = true;
+        } else if (ok) {
+          ok = Fail(field,
+                    absl::StrCat("unknown breaker key \"", m.value.string,
+                                 "\" (want target or target_and_service)"));
+        }
+      } else {
+        ok = Fail(field, "unknown field");
+      }
+      if (!ok) return false;
+    }
+    return true;
+  }
+
+  bool ReadCount(const Json& v, const std::string& path, int* out) {
+    double n;
+    if (!ReadInteger(v, path, &n)) return false;
+    if (n < 1 || n > 1e6) return Fail(path, "must be in [1, 1000000]");
+    *out = static_cast<int>(n);
+    return true;
+  }
+
+  bool ReadNumber(const Json& v, const std::string& path, double* out) {
+    if (!CheckType(v, Json::Type::kNumber, path)) return false;
+    *out = v.number;
+    return true;
+  }
+
+  bool ReadEnabled(const Json& v, const std::string& path, bool* out) {
+    if (!CheckType(v, Json::Type::kBool, path)) return false;
+    *out = v.boolean;
+    return true;
+  }
+
+  // Maps an options struct's own Validate() message ("circuitBreaker.x: why")
+  // onto the JSON path ("rpcguard.circuitBreaker.x: why").
+  bool Validated(const absl::Status& status) {
+    if (status.ok()) return true;
+    status_ =
+        absl::InvalidArgumentError(absl::StrCat("rpcguard.", status.message()));
+    return false;
+  }
+
+  bool ReadBreaker(const Json& v, const std::string& path) {
+    if (!CheckType(v, Json::Type::kObject, path)) return false;
+    BreakerOptions o;
+    for (const JsonMember& m : v.object) {
+      const std::string f = Child(path, m.key);
+      bool ok = true;
+      if (m.key == "enabled") {
+        ok = ReadEnabled(m.value, f, &destination_->breaker_enabled);
+      } else if (m.key == "window") {
+        ok = ReadDuration(m.value, f, &o.window);
+      } else if (m.key == "buckets") {
+        ok = ReadCount(m.value, f, &o.buckets);
+      } else if (m.key == "failureRatio") {
+        ok = ReadNumber(m.value, f, &o.failure_ratio);
+      } else if (m.key == "minAttempts") {
+        ok = ReadCount(m.value, f, &o.min_attempts);
+      } else if (m.key == "openTime") {
+        ok = ReadDuration(m.value, f, &o.open_time);
+      } else if (m.key == "maxOpenTime") {
+        ok = ReadDuration(m.value, f, &o.max_open_time);
+      } else if (m.key == "healthyPeriod") {
+        ok = ReadDuration(m.value, f, &o.healthy_period);
+      } else if (m.key == "halfOpenProbes") {
+        ok = ReadCount(m.value, f, &o.half_open_probes);
+      } else if (m.key == "halfOpenSuccesses") {
+        ok = ReadCount(m.value, f, &o.half_open_successes);
+      } else if (m.key == "probeTimeout") {
+        ok = ReadDuration(m.value, f, &o.probe_timeout);
+      } else {
+        ok = Fail(f, "unknown field");
+      }
+      if (!ok) return false;
+    }
+    if (!Validated(o.Validate())) return false;
+    destination_->breaker = o;
+    return true;
+  }
+
+  bool ReadBudget(const Json& v, const std::string& path) {
+    if (!CheckType(v, Json::Type::kObject, path)) return false;
+    RetryBudgetOptions o;
+    for (const JsonMember& m : v.object) {
+      const std::string f = Child(path, m.key);
+      bool ok = true;
+      if (m.key == "enabled") {
+        ok = ReadEnabled(m.value, f, &destination_->budget_enabled);
+      } else if (m.key == "window") {
+        ok = ReadDuration(m.value, f, &o.window);
+      } else if (m.key == "buckets") {
+        ok = ReadCount(m.value, f, &o.buckets);
+      } else if (m.key == "ratio") {
+        ok = ReadNumber(m.value, f, &o.ratio);
+      } else if (m.key == "minRetriesPerSecond") {
+        ok = ReadNumber(m.value, f, &o.min_retries_per_second);
+      } else {
+        ok = Fail(f, "unknown field");
+      }
+      if (!ok) return false;
+    }
+    if (!Validated(o.Validate())) return false;
+    destination_->budget = o;
     return true;
   }
 
   PolicyMap* methods_;
   PolicyMap* services_;
   std::optional<Entry>* default_policy_;
+  DestinationConfig* destination_;
   absl::Status status_;
 };
 
@@ -781,7 +917,8 @@ absl::StatusOr<Config> Config::FromJson(absl::string_view json) {
   if (!root.ok()) return root.status();
   Config config;
   Tables& t = *config.tables_;
-  ConfigReader reader(&t.methods, &t.services, &t.default_policy);
+  ConfigReader reader(&t.methods, &t.services, &t.default_policy,
+                      &t.destination);
   absl::Status status = reader.Read(*root);
   if (!status.ok()) return status;
   return config;
@@ -841,6 +978,15 @@ ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
          PolicySource::kConfigDefault);
   }
   return r;
+}
+
+const DestinationConfig& Config::destination() const {
+  return tables_->destination;
+}
+
+void Config::set_destination(const DestinationConfig& destination) {
+  if (tables_.use_count() != 1) tables_ = std::make_shared<Tables>(*tables_);
+  tables_->destination = destination;
 }
 
 MethodPolicy Config::Lookup(absl::string_view full_method) const {

@@ -54,7 +54,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "interceptors/breaker.h"
 #include "interceptors/policy.h"
+#include "interceptors/retry_budget.h"
 
 namespace rpcguard {
 
@@ -81,6 +83,28 @@ struct ResolvedPolicy {
   // method fail with FAILED_PRECONDITION carrying this message rather than
   // run with a policy nobody wrote.
   absl::Status error;
+};
+
+// Settings of the destination rather than of a method: the top-level
+// "rpcguard" object of the JSON, and gRPC's retryThrottling.
+//
+//   "rpcguard": {
+//     "circuitBreaker": {"failureRatio": 0.5, "minAttempts": 20,
+//                        "openTime": "1s", ...},   // see BreakerOptions
+//     "retryBudget": {"ratio": 0.2, "minRetriesPerSecond": 10, ...},
+//     "breakerKey": "target"}                      // or "target_and_service"
+struct DestinationConfig {
+  // Unset: the registry's defaults (BreakerOptions{}).
+  std::optional<BreakerOptions> breaker;
+  bool breaker_enabled = true;
+  // Unset: the registry's defaults (RetryBudgetOptions{}).
+  std::optional<RetryBudgetOptions> budget;
+  bool budget_enabled = true;
+  // gRFC A6 retryThrottling; off unless the JSON has it.
+  std::optional<RetryThrottleOptions> throttle;
+  // Breakers and budgets are shared per channel target, or per target and
+  // service when this is set.
+  bool key_per_service = false;
 };
 
 // An immutable set of per-method policies. Cheap to copy (shares its tables);
@@ -111,6 +135,10 @@ class Config {
   // (the interceptor does).
   ResolvedPolicy Resolve(absl::string_view full_method) const;
 
+  // The destination-wide settings.
+  const DestinationConfig& destination() const;
+  void set_destination(const DestinationConfig& destination);
+
   // Resolve(full_method).policy.
   MethodPolicy Lookup(absl::string_view full_method) const;
 
@@ -131,6 +159,7 @@ class Config {
     absl::flat_hash_map<std::string, Entry> methods;
     absl::flat_hash_map<std::string, Entry> services;
     std::optional<Entry> default_policy;
+    DestinationConfig destination;
   };
   std::shared_ptr<Tables> tables_;
 };

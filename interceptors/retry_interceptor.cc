@@ -58,7 +58,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "interceptors/retry_controller.h"
 #include "interceptors/uuid.h"
@@ -74,8 +76,47 @@ using Metadata = std::vector<std::pair<std::string, std::string>>;
 
 // What rpcguard keeps per method: resolved once, on the method's first call.
 struct MethodState {
+  // The full method name. Read this, not ClientRpcInfo::method(), after the
+  // first batch: for GenericStub callers that points into a string that may
+  // be gone by the time the call ends.
+  std::string name;
   ResolvedPolicy resolved;
-  Stats::MethodHandle* stats;
+  Stats::MethodHandle* stats = nullptr;
+  // The destination's breaker, budget and A6 throttle (null when disabled or
+  // not configured), under `breaker_key`.
+  std::string breaker_key;
+  std::shared_ptr<CircuitBreaker> breaker;
+  std::shared_ptr<RetryBudget> budget;
+  std::shared_ptr<RetryThrottle> throttle;
+  // Two channels disagreeing about one shared breaker's options: calls fail
+  // with FAILED_PRECONDITION rather than run unguarded.
+  absl::Status setup_error;
+
+  // How an attempt's outcome counts for the breaker.
+  static AttemptResult BreakerResult(StatusClass c, GiveUpReason reason,
+                                     grpc::StatusCode code) {
+    if (reason == GiveUpReason::kCancelled ||
+        (c == StatusClass::kFatal &&
+         (code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+          code == grpc::StatusCode::CANCELLED))) {
+      return AttemptResult::kIgnored;  // the caller ended it
+    }
+    return c == StatusClass::kRetriable ? AttemptResult::kFailure
+                                        : AttemptResult::kSuccess;
+  }
+
+  // Feeds the A6 throttle; false when it refuses a retry.
+  bool FeedThrottle(StatusClass c, bool server_said_stop) const {
+    if (throttle == nullptr) return true;
+    if (c == StatusClass::kOk) {
+      throttle->RecordSuccess();
+      return true;
+    }
+    if (c == StatusClass::kRetriable || server_said_stop) {
+      return throttle->RecordFailure();
+    }
+    return true;
+  }
 };
 
 // What every interceptor of one factory shares.
@@ -84,15 +125,34 @@ class Shared {
   explicit Shared(Options options)
       : config_(std::move(options.config)),
         clock_(options.clock != nullptr ? options.clock : Clock::Real()),
-        random_(options.random != nullptr ? options.random
-                                          : Random::Default()),
+        random_(options.random != nullptr ? options.random : Random::Default()),
         refresher_(std::move(options.credential_refresher)),
         sink_(options.trace_sink != nullptr ? std::move(options.trace_sink)
                                             : std::make_shared<LogfmtSink>()),
         verbosity_(options.trace_verbosity),
         stats_(options.stats != nullptr ? std::move(options.stats)
                                         : DefaultStats()),
-        give_up_hook_(std::move(options.give_up_hook)) {}
+        give_up_hook_(std::move(options.give_up_hook)),
+        registry_(options.breaker_registry != nullptr
+                      ? std::move(options.breaker_registry)
+                      : BreakerRegistry::Default()),
+        destination_(options.destination) {}
+
+  ~Shared() { registry_->RemoveTransitionListener(listener_id_); }
+
+  // Starts logging the transitions of this factory's breakers. Called once,
+  // right after construction (it needs a weak_ptr to this).
+  void Init(const std::shared_ptr<Shared>& self) {
+    if (destination_.empty()) {
+      // No target to share with: a key of this factory's own.
+      destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
+    }
+    std::weak_ptr<Shared> weak = self;
+    listener_id_ =
+        registry_->AddTransitionListener([weak](const BreakerTransition& t) {
+          if (auto shared = weak.lock()) shared->OnTransition(t);
+        });
+  }
 
   Clock* clock() const { return clock_; }
   Random* random() const { return random_; }
@@ -110,12 +170,74 @@ class Shared {
       auto it = methods_.find(key);
       if (it != methods_.end()) return *it->second;
     }
-    auto state = std::make_unique<MethodState>(
-        MethodState{config_.Resolve(key), stats_->ForMethod(key)});
+    auto state = std::make_unique<MethodState>();
+    state->name = std::string(key);
+    state->resolved = config_.Resolve(key);
+    state->stats = stats_->ForMethod(key);
+    AttachDestination(key, state.get());
     absl::MutexLock lock(&mu_);
     // Another call may have resolved it meanwhile; keep the first.
     auto [it, inserted] = methods_.try_emplace(key, std::move(state));
     return *it->second;
+  }
+
+  // Looks up the breaker, budget and throttle a method's calls share.
+  void AttachDestination(absl::string_view method, MethodState* state) const {
+    const DestinationConfig& dest = config_.destination();
+    state->breaker_key = destination_;
+    if (dest.key_per_service) {
+      absl::string_view path = method;
+      absl::ConsumePrefix(&path, "/");
+      absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
+    }
+    const std::string& key = state->breaker_key;
+    if (dest.breaker_enabled) {
+      if (dest.breaker.has_value()) {
+        auto b = registry_->Get(key, *dest.breaker);
+        if (b.ok()) {
+          state->breaker = *std::move(b);
+        } else {
+          state->setup_error = b.status();
+        }
+      } else {
+        state->breaker = registry_->Get(key);
+      }
+    }
+    if (dest.budget_enabled) {
+      if (dest.budget.has_value()) {
+        auto b = registry_->GetBudget(key, *dest.budget);
+        if (b.ok()) {
+          state->budget = *std::move(b);
+        } else if (state->setup_error.ok()) {
+          state->setup_error = b.status();
+        }
+      } else {
+        state->budget = registry_->GetBudget(key);
+      }
+    }
+    if (dest.throttle.has_value()) {
+      auto t = registry_->GetThrottle(destination_, *dest.throttle);
+      if (t.ok()) {
+        state->throttle = *std::move(t);
+      } else if (state->setup_error.ok()) {
+        state->setup_error = t.status();
+      }
+    }
+  }
+
+  // A breaker of the registry changed state: trace it if it is one of ours.
+  void OnTransition(const BreakerTransition& t) const {
+    if (!absl::StartsWith(t.key, destination_)) return;
+    TraceEvent e;
+    e.kind = TraceEvent::Kind::kBreakerTransition;
+    e.time = t.time;
+    e.breaker_key = t.key;
+    e.breaker_state = std::string(BreakerStateName(t.to));
+    e.from_state = std::string(BreakerStateName(t.from));
+    e.to_state = e.breaker_state;
+    e.message = t.reason;
+    stats_->Record(e);
+    if (ShouldTrace(verbosity_, e)) sink_->Write(e);
   }
 
   // Counts `event`, and writes it to the trace when the verbosity asks;
@@ -139,6 +261,9 @@ class Shared {
   const TraceVerbosity verbosity_;
   const std::shared_ptr<Stats> stats_;
   const GiveUpHook give_up_hook_;
+  const std::shared_ptr<BreakerRegistry> registry_;
+  std::string destination_;  // set before any call, then read-only
+  BreakerRegistry::ListenerId listener_id_ = 0;
   mutable absl::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
       methods_ ABSL_GUARDED_BY(mu_);
@@ -199,6 +324,8 @@ struct Attempt {
   grpc::ClientContext context;
   grpc::ByteBuffer response;
   absl::Time deadline;
+  // The breaker's admission of this attempt (none without a breaker).
+  std::optional<Admission> admission;
 };
 
 // The state of one hijacked call. See the essay at the top of the file.
@@ -230,7 +357,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
-  void Start() { StartAttempt(); }
+  void Start() {
+    if (method_.budget) method_.budget->RecordFirstAttempt();
+    StartAttempt();
+  }
 
   // Ends the call before any attempt, with `status`.
   void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
@@ -273,13 +403,25 @@ class CallState : public std::enable_shared_from_this<CallState> {
  private:
   void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
     auto attempt = std::make_shared<Attempt>();
+    // Asked before every attempt, retries included, and outside mu_: a
+    // transition calls listeners on this thread.
+    if (method_.breaker) attempt->admission = method_.breaker->Admit();
+    const bool refused = attempt->admission && !attempt->admission->allowed();
     int number = 0;
     bool ended = false;
     std::vector<InterceptorBatchMethods*> ready;
     {
       absl::MutexLock lock(&mu_);
       if (done_) return;
-      if (cancelled_) {
+      if (refused && !cancelled_) {
+        ready = FinishLocked(
+            grpc::Status(
+                grpc::StatusCode::UNAVAILABLE,
+                absl::StrCat("rpcguard: ", method_.breaker->RefusalMessage(
+                                               *attempt->admission))),
+            GiveUpReason::kBreakerOpen, nullptr);
+        ended = true;
+      } else if (cancelled_) {
         ready = FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED,
                                           "call cancelled by the caller"),
                              GiveUpReason::kCancelled, nullptr);
@@ -299,6 +441,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
       }
     }
     if (ended) {
+      // An admitted attempt that is not sent gives its permit back.
+      if (attempt->admission && !refused) {
+        method_.breaker->Record(*attempt->admission, AttemptResult::kIgnored);
+      }
       Conclude(std::move(ready));
       return;
     }
@@ -369,13 +515,26 @@ class CallState : public std::enable_shared_from_this<CallState> {
     bool refresh = false;
     absl::Time deadline;
     TraceEvent event;
+    AttemptResult breaker_result = AttemptResult::kIgnored;
     {
       absl::MutexLock lock(&mu_);
       attempt_.reset();
       if (done_) return;
       RandomBitGen gen(shared_->random());
-      const Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
-                                                  cancelled_, gen);
+      Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
+                                            cancelled_, gen);
+      // The A6 throttle sees every attempt; the budget only retries.
+      const bool throttle_ok = method_.FeedThrottle(
+          d.status_class, pushback.kind == Pushback::Kind::kStop);
+      if (d.action == Decision::Action::kRetry &&
+          (!throttle_ok ||
+           (method_.budget && !method_.budget->TryAcquireRetry()))) {
+        d.action = Decision::Action::kGiveUp;
+        d.reason = GiveUpReason::kBudgetExhausted;
+        d.delay = absl::ZeroDuration();
+      }
+      breaker_result = MethodState::BreakerResult(d.status_class, d.reason,
+                                                  status.error_code());
       if (d.action == Decision::Action::kRefreshAuth) {
         refresh = true;
         refreshing_ = true;
@@ -404,6 +563,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
       event.backoff = d.delay;
       event.deadline_left = controller_.Remaining();
     }
+    if (attempt->admission) {
+      method_.breaker->Record(*attempt->admission, breaker_result);
+    }
     if (!retry && !refresh) {
       Conclude(std::move(ready));
       return;
@@ -417,6 +579,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       e.method = setup_.method;
       e.idempotency_key = setup_.idempotency_key;
       e.message = status.error_message();
+      FillBreaker(e);
     });
     if (refresh) {
       BeginRefresh(deadline);
@@ -500,6 +663,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
   }
 
+  void FillBreaker(TraceEvent& e) const {
+    if (method_.breaker == nullptr) return;
+    e.breaker_key = method_.breaker_key;
+    e.breaker_state = std::string(BreakerStateName(method_.breaker->state()));
+  }
+
   static bool Replaced(const Metadata& replacements, const std::string& key) {
     for (const auto& kv : replacements) {
       if (kv.first == key) return true;
@@ -551,7 +720,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     terminal_.status_class = status.ok() ? StatusClass::kOk : status_class;
     terminal_.decision =
         status.ok() ? TraceDecision::kDone : TraceDecision::kGiveUp;
-    terminal_.reason = status.ok() ? GiveUpReason::kNone
+    terminal_.reason = status.ok()                     ? GiveUpReason::kNone
                        : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                        : reason;
     terminal_.deadline_left = controller_.Remaining();
@@ -595,6 +764,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     shared_->Emit(method_, e, [&](TraceEvent& event) {
       event.method = setup_.method;
       event.idempotency_key = setup_.idempotency_key;
+      FillBreaker(event);
     });
     if (e.decision == TraceDecision::kGiveUp && shared_->give_up_hook()) {
       GiveUpInfo info;
@@ -603,8 +773,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
       info.code = e.code;
       info.message = std::move(message);
       info.reason = e.reason;
-      info.attempts = e.kind == TraceEvent::Kind::kAttempt ? e.attempt
-                                                           : e.attempt - 1;
+      info.attempts =
+          e.kind == TraceEvent::Kind::kAttempt ? e.attempt : e.attempt - 1;
       info.idempotency_key = setup_.idempotency_key;
       info.request = Bytes(setup_.request);
       shared_->give_up_hook()(info);
@@ -780,21 +950,31 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                              GiveUpReason::kNotIdempotent),
                              status->error_details());
     }
+    if (fast_path_admission_) {
+      method.breaker->Record(*fast_path_admission_,
+                             MethodState::BreakerResult(
+                                 event.status_class, event.reason, event.code));
+    }
+    method.FeedThrottle(event.status_class, false);
     uint64_t call_id = 0;
     shared_->Emit(method, event, [&](TraceEvent& e) {
       e.time = shared_->clock()->Now();
       call_id = e.call_id = shared_->random()->Next64();
-      e.method = info_->method();
+      e.method = method.name;
       e.idempotency_key = fast_path_key_;
       e.message = original_message;
-      e.deadline_left = CallerDeadline(info_->client_context(),
-                                       shared_->clock()) -
-                        e.time;
+      e.deadline_left =
+          CallerDeadline(info_->client_context(), shared_->clock()) - e.time;
+      if (method.breaker) {
+        e.breaker_key = method.breaker_key;
+        e.breaker_state =
+            std::string(BreakerStateName(method.breaker->state()));
+      }
     });
     if (event.decision == TraceDecision::kGiveUp && shared_->give_up_hook()) {
       GiveUpInfo info;
       info.call_id = call_id != 0 ? call_id : shared_->random()->Next64();
-      info.method = info_->method();
+      info.method = method.name;
       info.code = event.code;
       info.message = original_message;
       info.reason = event.reason;
@@ -825,6 +1005,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       reject = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("rpcguard: bad retry declaration: ",
                                          resolved.error.message()));
+    } else if (!method.setup_error.ok()) {
+      reject = grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("rpcguard: ", method.setup_error.message()));
     } else if (keys > 0) {
       key = md->find(kIdempotencyKeyHeader)->second;
       if (keys > 1) {
@@ -846,11 +1030,28 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
             : policy.idempotency;
     const bool may_repeat =
         MayRepeat(idempotency) && policy.retry.max_attempts > 1;
-    const bool needs_hijack = !reject.ok() || may_repeat ||
-                              policy.timeout != absl::InfiniteDuration() ||
-                              policy.wait_for_ready.has_value();
+    bool needs_hijack = !reject.ok() || may_repeat ||
+                        policy.timeout != absl::InfiniteDuration() ||
+                        policy.wait_for_ready.has_value();
+
+    // The fast path asks the breaker here; a hijacked call asks before each
+    // attempt.
+    GiveUpReason reject_reason = GiveUpReason::kNone;
+    if (!needs_hijack && reject.ok() && method.breaker) {
+      fast_path_admission_ = method.breaker->Admit();
+      if (!fast_path_admission_->allowed()) {
+        reject = grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("rpcguard: ", method.breaker->RefusalMessage(
+                                           *fast_path_admission_)));
+        reject_reason = GiveUpReason::kBreakerOpen;
+        fast_path_admission_.reset();
+        needs_hijack = true;
+      }
+    }
 
     if (!needs_hijack) {
+      if (method.budget) method.budget->RecordFirstAttempt();
       // Tried once, exactly as without rpcguard, plus the metadata.
       fast_path_key_ = keys > 0 ? key : NewUuidV4(*shared_->random());
       if (keys == 0) md->emplace(kIdempotencyKeyHeader, fast_path_key_);
@@ -886,7 +1087,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     call_for_batches_ = call.get();
     hijacked_ = true;
     if (!reject.ok()) {
-      call->FailBeforeStart(reject, GiveUpReason::kNone);
+      call->FailBeforeStart(reject, reject_reason);
     } else if (cancelled) {
       call->FailBeforeStart(grpc::Status(grpc::StatusCode::CANCELLED,
                                          "call cancelled before it started"),
@@ -906,6 +1107,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // Set when the call is tried once without hijacking.
   const MethodState* fast_path_method_ = nullptr;
   std::string fast_path_key_;
+  std::optional<Admission> fast_path_admission_;
   grpc::ByteBuffer fast_path_request_;  // only with a give-up hook
   CallState* call_for_batches_ = nullptr;
 
@@ -936,6 +1138,7 @@ class RetryInterceptorFactory final
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
   auto shared = std::make_shared<Shared>(std::move(options));
+  shared->Init(shared);
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 
@@ -943,6 +1146,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const std::string& target,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     Options options, grpc::ChannelArguments args) {
+  // Channels to one target share their breaker and budget.
+  if (options.destination.empty()) options.destination = target;
   const grpc_channel_args c_args = args.c_channel_args();
   for (size_t i = 0; i < c_args.num_args; ++i) {
     const grpc_arg& arg = c_args.args[i];

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "interceptors/breaker.h"
 #include "interceptors/clock.h"
 #include "interceptors/config.h"
 #include "interceptors/random.h"
@@ -100,6 +101,15 @@ struct Options {
   std::shared_ptr<Stats> stats;
   // Called once for every call that gave up; see GiveUpHook in trace.h.
   GiveUpHook give_up_hook;
+  // Circuit breakers and retry budgets, shared by every channel that uses
+  // the same registry and key. Null: BreakerRegistry::Default(), so channels
+  // to one target share them without extra code; pass a registry of your own
+  // to isolate. Settings: the JSON's top-level "rpcguard" object.
+  std::shared_ptr<BreakerRegistry> breaker_registry;
+  // The breaker and budget key. CreateChannel uses its target when empty;
+  // with MakeInterceptorFactory, set it to the target (empty: the factory's
+  // channels get a key of their own, shared with no other factory).
+  std::string destination;
   // CreateChannel refuses a channel whose own service config has a gRPC
   // retryPolicy (attempts would multiply). Set to accept it anyway.
   bool allow_grpc_retry_policy = false;

@@ -196,6 +196,8 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
     Options options;
     options.config = *config;
     options.credential_refresher = std::move(refresher);
+    // A registry of this test's own: breakers and budgets start fresh.
+    options.breaker_registry = *BreakerRegistry::Create({});
     auto channel = CreateChannel(server_.address(),
                                  grpc::InsecureChannelCredentials(), options);
     ASSERT_TRUE(channel.ok()) << channel.status();
@@ -757,9 +759,11 @@ INSTANTIATE_TEST_SUITE_P(AllStubs, RetryE2ETest,
 
 class RetryE2EOtherTest : public ::testing::Test {
  protected:
-  std::shared_ptr<grpc::Channel> MakeChannel() {
+  std::shared_ptr<grpc::Channel> MakeChannel(
+      const std::string& json = kDefaultConfig) {
     Options options;
-    options.config = *Config::FromJson(kDefaultConfig);
+    options.config = *Config::FromJson(json);
+    options.breaker_registry = *BreakerRegistry::Create({});
     return *CreateChannel(server_.address(), grpc::InsecureChannelCredentials(),
                           options);
   }
@@ -853,7 +857,14 @@ TEST_F(RetryE2EOtherTest, BadProtoDeclarationFailsCallsLoudly) {
 // 1,000 concurrent callback calls with random faults: every one completes
 // with the result its faults imply. Run under --config=asan in CI.
 TEST_F(RetryE2EOtherTest, ThousandConcurrentCallbackCallsWithRandomFaults) {
-  auto stub = FaultService::NewStub(MakeChannel());
+  // Retry mechanics under concurrency: with most attempts failing on
+  // purpose, the breaker and budget (tested on their own) would rightly cut
+  // retries short, so this channel has neither.
+  std::string json = kDefaultConfig;
+  json.insert(json.rfind('}'), R"(, "rpcguard": {
+      "circuitBreaker": {"enabled": false},
+      "retryBudget": {"enabled": false}})");
+  auto stub = FaultService::NewStub(MakeChannel(json));
   constexpr int kCalls = 1000;
   struct One {
     grpc::ClientContext ctx;
