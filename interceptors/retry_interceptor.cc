@@ -74,6 +74,33 @@ using grpc::experimental::InterceptorBatchMethods;
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 
+// The stderr logfmt sink that Options::trace_sink defaults to: one for the
+// process, so that transitions seen by several factories are written once.
+std::shared_ptr<TraceSink> DefaultSink() {
+  static const std::shared_ptr<TraceSink>* const sink =
+      new std::shared_ptr<TraceSink>(std::make_shared<LogfmtSink>());
+  return *sink;
+}
+
+// Whether this (sink, stats) pair has not yet recorded transition `t`.
+// Channels of several factories share breakers; each factory's listener
+// hears every transition, but a sink should write it once. Transitions are
+// rare, so a process-wide lock is fine here (never on the call path).
+bool FirstToSee(const TraceSink* sink, const Stats* stats,
+                const BreakerTransition& t) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* const last_seen =
+      new absl::flat_hash_map<std::string, uint64_t>();
+  const std::string key =
+      absl::StrCat(reinterpret_cast<uintptr_t>(sink), "/",
+                   reinterpret_cast<uintptr_t>(stats), "/", t.key);
+  absl::MutexLock lock(&mu);
+  uint64_t& last = (*last_seen)[key];
+  if (t.sequence <= last) return false;
+  last = t.sequence;
+  return true;
+}
+
 // What rpcguard keeps per method: resolved once, on the method's first call.
 struct MethodState {
   // The full method name. Read this, not ClientRpcInfo::method(), after the
@@ -128,7 +155,7 @@ class Shared {
         random_(options.random != nullptr ? options.random : Random::Default()),
         refresher_(std::move(options.credential_refresher)),
         sink_(options.trace_sink != nullptr ? std::move(options.trace_sink)
-                                            : std::make_shared<LogfmtSink>()),
+                                            : DefaultSink()),
         verbosity_(options.trace_verbosity),
         stats_(options.stats != nullptr ? std::move(options.stats)
                                         : DefaultStats()),
@@ -225,9 +252,11 @@ class Shared {
     }
   }
 
-  // A breaker of the registry changed state: trace it if it is one of ours.
+  // A breaker of the registry changed state: trace it if it is one of ours,
+  // once per sink and stats object however many factories share them.
   void OnTransition(const BreakerTransition& t) const {
     if (!absl::StartsWith(t.key, destination_)) return;
+    if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
     TraceEvent e;
     e.kind = TraceEvent::Kind::kBreakerTransition;
     e.time = t.time;

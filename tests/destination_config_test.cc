@@ -1,0 +1,97 @@
+// Copyright rpcguard authors.
+//
+// The JSON's destination-wide settings: the top-level "rpcguard" object
+// (circuit breaker, retry budget, breaker key) and gRPC's retryThrottling.
+
+#include <gtest/gtest.h>
+
+#include "interceptors/config.h"
+
+namespace rpcguard {
+namespace {
+
+TEST(DestinationConfigTest, ReadsEverySetting) {
+  absl::StatusOr<Config> c = Config::FromJson(R"({
+    "rpcguard": {
+      "circuitBreaker": {"window": "20s", "buckets": 20, "failureRatio": 0.25,
+                         "minAttempts": 50, "openTime": "2s",
+                         "maxOpenTime": "60s", "healthyPeriod": "120s",
+                         "halfOpenProbes": 5, "halfOpenSuccesses": 4,
+                         "probeTimeout": "5s"},
+      "retryBudget": {"window": "30s", "buckets": 30, "ratio": 0.1,
+                      "minRetriesPerSecond": 2},
+      "breakerKey": "target_and_service"},
+    "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.5}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const DestinationConfig& d = c->destination();
+  ASSERT_TRUE(d.breaker.has_value());
+  EXPECT_EQ(d.breaker->window, absl::Seconds(20));
+  EXPECT_EQ(d.breaker->buckets, 20);
+  EXPECT_EQ(d.breaker->failure_ratio, 0.25);
+  EXPECT_EQ(d.breaker->min_attempts, 50);
+  EXPECT_EQ(d.breaker->open_time, absl::Seconds(2));
+  EXPECT_EQ(d.breaker->max_open_time, absl::Seconds(60));
+  EXPECT_EQ(d.breaker->healthy_period, absl::Seconds(120));
+  EXPECT_EQ(d.breaker->half_open_probes, 5);
+  EXPECT_EQ(d.breaker->half_open_successes, 4);
+  EXPECT_EQ(d.breaker->probe_timeout, absl::Seconds(5));
+  ASSERT_TRUE(d.budget.has_value());
+  EXPECT_EQ(d.budget->window, absl::Seconds(30));
+  EXPECT_EQ(d.budget->ratio, 0.1);
+  EXPECT_EQ(d.budget->min_retries_per_second, 2);
+  EXPECT_TRUE(d.key_per_service);
+  ASSERT_TRUE(d.throttle.has_value());
+  EXPECT_EQ(d.throttle->max_tokens, 100);
+  EXPECT_EQ(d.throttle->token_ratio, 0.5);
+  EXPECT_TRUE(d.breaker_enabled);
+  EXPECT_TRUE(d.budget_enabled);
+}
+
+TEST(DestinationConfigTest, DefaultsAndSwitchingOff) {
+  absl::StatusOr<Config> c = Config::FromJson("{}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->destination().breaker.has_value());
+  EXPECT_FALSE(c->destination().throttle.has_value());
+  EXPECT_TRUE(c->destination().breaker_enabled);
+  c = Config::FromJson(R"({"rpcguard": {"circuitBreaker": {"enabled": false},
+                                        "retryBudget": {"enabled": false}}})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->destination().breaker_enabled);
+  EXPECT_FALSE(c->destination().budget_enabled);
+}
+
+TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
+  const struct {
+    const char* json;
+    const char* error;
+  } cases[] = {
+      {R"({"rpcguard": []})", "rpcguard: must be an object"},
+      {R"({"rpcguard": {"circuitBreaker": {"failureRatio": 2}}})",
+       "rpcguard.circuitBreaker.failureRatio: must be in (0, 1]"},
+      {R"({"rpcguard": {"circuitBreaker": {"openTime": "-1s"}}})",
+       "rpcguard.circuitBreaker.openTime: must be greater than 0"},
+      {R"({"rpcguard": {"circuitBreaker": {"minAttempts": 0}}})",
+       "rpcguard.circuitBreaker.minAttempts: must be in [1, 1000000]"},
+      {R"({"rpcguard": {"circuitBreaker": {"failureRatoi": 0.5}}})",
+       "rpcguard.circuitBreaker.failureRatoi: unknown field"},
+      {R"({"rpcguard": {"circuitBreaker": {"enabled": "no"}}})",
+       "rpcguard.circuitBreaker.enabled: must be a boolean"},
+      {R"({"rpcguard": {"retryBudget": {"ratio": "0.2"}}})",
+       "rpcguard.retryBudget.ratio: must be a number"},
+      {R"({"rpcguard": {"breakerKey": "host"}})",
+       "rpcguard.breakerKey: unknown breaker key \"host\" (want target or "
+       "target_and_service)"},
+      {R"({"rpcguard": {"budget": {}}})", "rpcguard.budget: unknown field"},
+      {R"({"RPCGuard": {}})",
+       "RPCGuard: unknown field (did you mean \"rpcguard\"?)"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<Config> config = Config::FromJson(c.json);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.json;
+    EXPECT_EQ(config.status().message(), c.error) << c.json;
+  }
+}
+
+}  // namespace
+}  // namespace rpcguard
