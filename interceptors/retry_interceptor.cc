@@ -544,7 +544,28 @@ class CallState : public std::enable_shared_from_this<CallState> {
     bool refresh = false;
     absl::Time deadline;
     TraceEvent event;
-    AttemptResult breaker_result = AttemptResult::kIgnored;
+    // The breaker learns of this attempt before the decision, so that a
+    // retry decided below sees a breaker this very failure opened. Outside
+    // mu_: a transition calls listeners on this thread.
+    if (attempt->admission) {
+      AttemptOutcome outcome;
+      outcome.code = status.error_code();
+      absl::Time call_deadline;
+      {
+        absl::MutexLock lock(&mu_);
+        outcome.caller_cancelled = cancelled_;
+        call_deadline = controller_.deadline();
+      }
+      outcome.caller_deadline_expired =
+          shared_->clock()->Now() >= call_deadline;
+      outcome.per_attempt_timeout_expired =
+          outcome.code == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          attempt->deadline < call_deadline;
+      method_.breaker->Record(
+          *attempt->admission,
+          AttemptResultFor(policy_.MakeClassifier().Classify(outcome),
+                           outcome));
+    }
     {
       absl::MutexLock lock(&mu_);
       attempt_.reset();
@@ -552,18 +573,24 @@ class CallState : public std::enable_shared_from_this<CallState> {
       RandomBitGen gen(shared_->random());
       Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
                                             cancelled_, gen);
-      // The A6 throttle sees every attempt; the budget only retries.
+      // The A6 throttle sees every attempt; the budget only retries, and
+      // only those an open breaker would not refuse anyway (a refused call
+      // spends no budget).
       const bool throttle_ok = method_.FeedThrottle(
           d.status_class, pushback.kind == Pushback::Kind::kStop);
-      if (d.action == Decision::Action::kRetry &&
-          (!throttle_ok ||
-           (method_.budget && !method_.budget->TryAcquireRetry()))) {
+      if (d.action == Decision::Action::kRetry && method_.breaker &&
+          (method_.breaker->state() == BreakerState::kOpen ||
+           method_.breaker->state() == BreakerState::kForcedOpen)) {
+        d.action = Decision::Action::kGiveUp;
+        d.reason = GiveUpReason::kBreakerOpen;
+        d.delay = absl::ZeroDuration();
+      } else if (d.action == Decision::Action::kRetry &&
+                 (!throttle_ok ||
+                  (method_.budget && !method_.budget->TryAcquireRetry()))) {
         d.action = Decision::Action::kGiveUp;
         d.reason = GiveUpReason::kBudgetExhausted;
         d.delay = absl::ZeroDuration();
       }
-      breaker_result = MethodState::BreakerResult(d.status_class, d.reason,
-                                                  status.error_code());
       if (d.action == Decision::Action::kRefreshAuth) {
         refresh = true;
         refreshing_ = true;
@@ -591,9 +618,6 @@ class CallState : public std::enable_shared_from_this<CallState> {
       event.status_class = d.status_class;
       event.backoff = d.delay;
       event.deadline_left = controller_.Remaining();
-    }
-    if (attempt->admission) {
-      method_.breaker->Record(*attempt->admission, breaker_result);
     }
     if (!retry && !refresh) {
       Conclude(std::move(ready));
