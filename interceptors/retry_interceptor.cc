@@ -53,6 +53,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -143,6 +144,20 @@ class Shared {
   mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
       methods_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether the application's response object certainly is not a protobuf
+// message. gRPC's interceptor API hands it over as a void*; a generated stub's
+// is a MessageLite, whose first word is its vtable pointer and never null. A
+// grpc::GenericStub caller's is a grpc::ByteBuffer, whose only member is a
+// grpc_byte_buffer*, null while the buffer is empty (a fresh response
+// buffer). Treating that as a MessageLite jumped through a null vtable.
+// A non-empty ByteBuffer cannot be told apart this way: such callers still
+// need MarkPassThrough.
+bool CertainlyNotAMessage(const void* object) {
+  const void* first_word;
+  std::memcpy(&first_word, object, sizeof(first_word));
+  return first_word == nullptr;
+}
 
 // The serialized bytes of a ByteBuffer (for the give-up hook).
 std::string Bytes(const grpc::ByteBuffer& buffer) {
@@ -638,6 +653,15 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_MESSAGE)) {
       bool filled = false;
+      if (final_status_.ok() && CertainlyNotAMessage(b->GetRecvMessage())) {
+        final_status_ = grpc::Status(
+            grpc::StatusCode::INTERNAL,
+            absl::StrCat("rpcguard: the response object of ", setup_.method,
+                         " is not a protobuf message (a grpc::GenericStub "
+                         "call with grpc::ByteBuffer?); call "
+                         "rpcguard::MarkPassThrough(&context) before such "
+                         "calls"));
+      }
       if (final_status_.ok()) {
         // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
         // ByteBuffer callers must opt out (MarkPassThrough).
