@@ -193,7 +193,15 @@ GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
 // timers use, by the remaining duration.
 std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
   const absl::Duration left = t - clock->Now();
-  return std::chrono::system_clock::now() +
+  const auto now = std::chrono::system_clock::now();
+  // A caller's deadline may lie beyond system_clock's range (gRPC takes any
+  // gpr_timespec): adding it would overflow. time_point::max() is what gRPC
+  // reads as "no deadline", which is what such a deadline means.
+  if (left >=
+      absl::FromChrono(std::chrono::system_clock::time_point::max() - now)) {
+    return std::chrono::system_clock::time_point::max();
+  }
+  return now +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
              absl::ToChronoNanoseconds(std::max(left, absl::ZeroDuration())));
 }

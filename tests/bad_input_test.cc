@@ -436,6 +436,28 @@ TEST_F(BadInputTest, NoDeadlineWorks) {
   }
 }
 
+// Regression: a deadline beyond what std::chrono::system_clock can hold
+// (gRPC takes any gpr_timespec) overflowed a signed addition when rpcguard
+// converted an attempt's deadline back to a system_clock time point (UBSan:
+// "signed integer overflow" in chrono.h, reached from ToSystemTime). It then
+// only worked by accident: the wrapped, negative time meant "no deadline" to
+// gRPC. It must work as a very far deadline.
+TEST_F(BadInputTest, DeadlineBeyondSystemClockRangeWorks) {
+  for (Api api : {Api::kSync, Api::kCallback}) {
+    FaultRequest req;
+    req.set_op_id(Op("far-deadline"));
+    req.set_fail_first(1);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    gpr_timespec far = gpr_now(GPR_CLOCK_REALTIME);
+    far.tv_sec = int64_t{1} << 40;  // some 35,000 years from now
+    ctx.set_deadline(far);
+    grpc::Status s = CallFault(stub_.get(), api, false, &ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.attempts_seen(), 2);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Cancelled contexts.
 
