@@ -869,6 +869,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                          absl::StrCat("rpcguard: idempotency-key must be 1 to ",
                                       kMaxIdempotencyKeyLength,
                                       " characters, got ", key.size()));
+      } else if (!std::all_of(key.begin(), key.end(),
+                              [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+        // gRPC aborts the process (GPR_ASSERT on GRPC_CALL_ERROR_INVALID_
+        // METADATA) when an attempt carries such a value.
+        reject = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "rpcguard: idempotency-key must be printable "
+                              "ASCII (0x20-0x7E)");
       }
     }
     // A caller's own key says the server deduplicates this call.

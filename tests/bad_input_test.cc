@@ -603,6 +603,44 @@ TEST_F(BadInputTest, TwoOrEmptyIdempotencyKeysAreRejectedBeforeSending) {
   }
 }
 
+// Regression: a caller's idempotency key that is not a legal metadata value
+// (a control character, non-ASCII bytes) passed rpcguard's checks, and gRPC
+// aborted the process when the attempt carried it ("API misuse of type
+// GRPC_CALL_ERROR_INVALID_METADATA", call_op_set.h). rpcguard validates the
+// key, so it refuses it like an oversized one.
+TEST_F(BadInputTest, IllegalIdempotencyKeyCharactersAreRejected) {
+  for (const std::string key :
+       {std::string("a\nb"), std::string("tab\tkey"), std::string("cl\xc3\xa9"),
+        std::string("nul\0key", 7), std::string("\x7f")}) {
+    for (Api api : {Api::kSync, Api::kCallback}) {
+      for (bool create : {false, true}) {
+        FaultRequest req;
+        req.set_op_id(Op("illegal-key"));
+        FaultReply reply;
+        grpc::ClientContext ctx;
+        ctx.AddMetadata("idempotency-key", key);
+        grpc::Status s = CallFault(stub_.get(), api, create, &ctx, req, &reply);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+        EXPECT_EQ(s.error_message(),
+                  "rpcguard: idempotency-key must be printable ASCII "
+                  "(0x20-0x7E)");
+        EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
+      }
+    }
+  }
+  // Every printable character is fine, space included.
+  FaultRequest req;
+  req.set_op_id(Op("printable-key"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  std::string printable;
+  for (char c = 0x20; c < 0x7f; ++c) printable += c;
+  ctx.AddMetadata("idempotency-key", printable);
+  ASSERT_TRUE(
+      CallFault(stub_.get(), Api::kSync, false, &ctx, req, &reply).ok());
+  EXPECT_EQ(server_.Op(req.op_id()).keys, std::vector<std::string>{printable});
+}
+
 TEST_F(BadInputTest, CallersPassThroughHeaderIsHonouredAndNotSent) {
   FaultRequest req;
   req.set_op_id(Op("raw-passthrough"));
