@@ -53,6 +53,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -298,6 +299,20 @@ class Shared {
       methods_ ABSL_GUARDED_BY(mu_);
 };
 
+// Whether the application's response object certainly is not a protobuf
+// message. gRPC's interceptor API hands it over as a void*; a generated stub's
+// is a MessageLite, whose first word is its vtable pointer and never null. A
+// grpc::GenericStub caller's is a grpc::ByteBuffer, whose only member is a
+// grpc_byte_buffer*, null while the buffer is empty (a fresh response
+// buffer). Treating that as a MessageLite jumped through a null vtable.
+// A non-empty ByteBuffer cannot be told apart this way: such callers still
+// need MarkPassThrough.
+bool CertainlyNotAMessage(const void* object) {
+  const void* first_word;
+  std::memcpy(&first_word, object, sizeof(first_word));
+  return first_word == nullptr;
+}
+
 // The serialized bytes of a ByteBuffer (for the give-up hook).
 std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -332,7 +347,15 @@ GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
 // timers use, by the remaining duration.
 std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
   const absl::Duration left = t - clock->Now();
-  return std::chrono::system_clock::now() +
+  const auto now = std::chrono::system_clock::now();
+  // A caller's deadline may lie beyond system_clock's range (gRPC takes any
+  // gpr_timespec): adding it would overflow. time_point::max() is what gRPC
+  // reads as "no deadline", which is what such a deadline means.
+  if (left >=
+      absl::FromChrono(std::chrono::system_clock::time_point::max() - now)) {
+    return std::chrono::system_clock::time_point::max();
+  }
+  return now +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
              absl::ToChronoNanoseconds(std::max(left, absl::ZeroDuration())));
 }
@@ -386,10 +409,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
-  void Start() {
-    if (method_.budget) method_.budget->RecordFirstAttempt();
-    StartAttempt();
-  }
+  void Start() { StartAttempt(); }
 
   // Ends the call before any attempt, with `status`.
   void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
@@ -465,6 +485,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
       } else {
         attempt->deadline = controller_.StartAttempt();
         number = controller_.attempts();
+        // Only first attempts that go out earn retry budget.
+        if (number == 1 && method_.budget) {
+          method_.budget->RecordFirstAttempt();
+        }
         attempt_ = attempt;
         attempt_started_ = false;
       }
@@ -861,6 +885,15 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_MESSAGE)) {
       bool filled = false;
+      if (final_status_.ok() && CertainlyNotAMessage(b->GetRecvMessage())) {
+        final_status_ = grpc::Status(
+            grpc::StatusCode::INTERNAL,
+            absl::StrCat("rpcguard: the response object of ", setup_.method,
+                         " is not a protobuf message (a grpc::GenericStub "
+                         "call with grpc::ByteBuffer?); call "
+                         "rpcguard::MarkPassThrough(&context) before such "
+                         "calls"));
+      }
       if (final_status_.ok()) {
         // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
         // ByteBuffer callers must opt out (MarkPassThrough).
@@ -1074,6 +1107,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                          absl::StrCat("rpcguard: idempotency-key must be 1 to ",
                                       kMaxIdempotencyKeyLength,
                                       " characters, got ", key.size()));
+      } else if (!std::all_of(key.begin(), key.end(),
+                              [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+        // gRPC aborts the process (GPR_ASSERT on GRPC_CALL_ERROR_INVALID_
+        // METADATA) when an attempt carries such a value.
+        reject = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "rpcguard: idempotency-key must be printable "
+                              "ASCII (0x20-0x7E)");
       }
     }
     // A caller's own key says the server deduplicates this call.

@@ -185,6 +185,24 @@ std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
   return std::string(it->second.data(), it->second.size());
 }
 
+// Threads that answer for refreshers; joined before the test's server and
+// channel go, as an application would stop its token service first.
+class RefresherThreads {
+ public:
+  ~RefresherThreads() {
+    absl::MutexLock lock(&mu_);
+    for (std::thread& t : threads_) t.join();
+  }
+  void Run(std::function<void()> f) {
+    absl::MutexLock lock(&mu_);
+    threads_.emplace_back(std::move(f));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
 class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
  protected:
   void SetUp() override { UseConfig(kDefaultConfig); }
@@ -243,6 +261,8 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<FaultService::Stub> stub_;
   int op_counter_ = 0;
+  // Declared last: destroyed (joined) first.
+  RefresherThreads refresher_threads_;
 };
 
 TEST_P(RetryE2ETest, RetriesReachSuccess) {
@@ -516,13 +536,14 @@ TEST_P(RetryE2ETest, MalformedStatusDetailsAreIgnored) {
 
 // A refresher that hands out a new bearer token after `delay`, from another
 // thread (never blocking gRPC's), counting how often it was asked.
-CredentialRefresher TokenRefresher(std::string token, absl::Duration delay,
+CredentialRefresher TokenRefresher(RefresherThreads* threads, std::string token,
+                                   absl::Duration delay,
                                    std::atomic<int>* asked,
                                    absl::Status error = absl::OkStatus()) {
   return [=](absl::string_view,
              std::function<void(absl::StatusOr<RefreshedCredentials>)> done) {
     ++*asked;
-    std::thread([=] {
+    threads->Run([=] {
       absl::SleepFor(delay);
       if (!error.ok()) {
         done(error);
@@ -531,14 +552,14 @@ CredentialRefresher TokenRefresher(std::string token, absl::Duration delay,
       RefreshedCredentials fresh;
       fresh.metadata.emplace_back("authorization", "Bearer " + token);
       done(fresh);
-    }).detach();
+    });
   };
 }
 
 TEST_P(RetryE2ETest, AuthRefreshThenSuccess) {
   std::atomic<int> asked{0};
-  UseConfig(kDefaultConfig,
-            TokenRefresher("new", absl::Milliseconds(5), &asked));
+  UseConfig(kDefaultConfig, TokenRefresher(&refresher_threads_, "new",
+                                           absl::Milliseconds(5), &asked));
   FaultRequest req;
   req.set_op_id(Op("auth-refresh"));
   req.set_require_token("new");
@@ -555,8 +576,8 @@ TEST_P(RetryE2ETest, AuthRefreshThenSuccess) {
 
 TEST_P(RetryE2ETest, AuthRefreshHappensOnceAndOnlyForUnauthenticated) {
   std::atomic<int> asked{0};
-  UseConfig(kDefaultConfig,
-            TokenRefresher("still-wrong", absl::ZeroDuration(), &asked));
+  UseConfig(kDefaultConfig, TokenRefresher(&refresher_threads_, "still-wrong",
+                                           absl::ZeroDuration(), &asked));
   {
     FaultRequest req;
     req.set_op_id(Op("auth-twice"));
@@ -596,9 +617,10 @@ TEST_P(RetryE2ETest, AuthRefreshHappensOnceAndOnlyForUnauthenticated) {
 
 TEST_P(RetryE2ETest, AuthRefreshFailureIsFinal) {
   std::atomic<int> asked{0};
-  UseConfig(kDefaultConfig,
-            TokenRefresher("", absl::Milliseconds(1), &asked,
-                           absl::UnavailableError("token service down")));
+  UseConfig(
+      kDefaultConfig,
+      TokenRefresher(&refresher_threads_, "", absl::Milliseconds(1), &asked,
+                     absl::UnavailableError("token service down")));
   FaultRequest req;
   req.set_op_id(Op("auth-refresh-fails"));
   req.set_require_token("new");
@@ -615,8 +637,8 @@ TEST_P(RetryE2ETest, AuthRefreshFailureIsFinal) {
 
 TEST_P(RetryE2ETest, SlowAuthRefreshEndsAtTheDeadline) {
   std::atomic<int> asked{0};
-  UseConfig(kDefaultConfig,
-            TokenRefresher("new", absl::Milliseconds(600), &asked));
+  UseConfig(kDefaultConfig, TokenRefresher(&refresher_threads_, "new",
+                                           absl::Milliseconds(600), &asked));
   FaultRequest req;
   req.set_op_id(Op("auth-slow"));
   req.set_require_token("new");

@@ -1,0 +1,1375 @@
+// Copyright rpcguard authors.
+//
+// Chaos against a real server process (issue 7, section 3).
+//
+// The fault server runs as a child process (fault_server_main) on
+// 127.0.0.1. While steady load runs through rpcguard (sync and callback
+// stubs, several concurrent callers, a mix of Get/Put/Charge/Create with
+// deadlines of 200-500 ms, some calls cancelled by their caller), a timeline
+// of faults hits the server: calls failing after their side effect was
+// applied, SIGKILL and restart on the same port, a port that refuses
+// connections for a while, a server that hangs without answering, one that
+// answers close to the deadline. Every call is then checked against the
+// invariants below, and the driver prints what it checked.
+//
+// Invariants, over every call:
+//  1. no call completes more than 20 ms after its deadline;
+//  2. no attempt starts after the caller cancelled (attempts are seen by an
+//     interceptor registered after rpcguard, which runs once per attempt on
+//     the client, before anything is sent);
+//  3. Create, which nobody declared idempotent, is never attempted twice (the
+//     client-side attempt log and the server's per-op counts);
+//  4. a KEYED Charge is applied at most once per server life, every attempt
+//     of it carries the same key (so a durable deduplication store applies it
+//     once), and every Charge the client saw succeed was applied (the server's
+//     reply says so): no money charged twice, none lost;
+//  5. every call completes (a watchdog), and VmRSS stays within a bound;
+//  6. once the server is healthy again, calls succeed again within 5 s.
+//
+// A restarted server has lost its counters, so the server's per-op stats
+// are fetched just before every kill and kept per server life.
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "interceptors/rpcguard.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "tests/chaos/server_process.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RPCGUARD_CHAOS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RPCGUARD_CHAOS_ASAN 1
+#endif
+#endif
+
+namespace rpcguard {
+namespace {
+
+using ::rpcguard::testing::RunfilesPath;
+using ::rpcguard::testing::ServerProcess;
+using ::rpcguard::testing::v1::ControlRequest;
+using ::rpcguard::testing::v1::FaultControl;
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+using ::rpcguard::testing::v1::FaultService;
+using ::rpcguard::testing::v1::StatsReply;
+using ::rpcguard::testing::v1::StatsRequest;
+
+// ---------------------------------------------------------------------------
+// Bounds.
+
+constexpr absl::Duration kLateBound = absl::Milliseconds(20);
+// An attempt may start just after the cancel when rpcguard had decided to
+// start it before the cancel arrived (the two cross on different threads);
+// rpcguard cancels such an attempt at once. So an attempt that starts after
+// the cancel is a violation when it starts later than this, or when its
+// backoff was still running at the cancel (rpcguard's own trace says when
+// each backoff ends): then nothing but the cancel can have started it.
+constexpr absl::Duration kCancelRaceSlack = absl::Milliseconds(10);
+// Timer and clock-conversion rounding around a backoff's end.
+constexpr absl::Duration kBackoffEndSlack = absl::Milliseconds(2);
+// The heartbeat thread sleeps this long in a loop; a wake-up later than
+// kStallGap means the test process was not scheduled (other processes own
+// the 2 cores), and no code in it could have ended a call on time.
+constexpr absl::Duration kHeartbeat = absl::Milliseconds(1);
+constexpr absl::Duration kStallGap = absl::Milliseconds(5);
+// Lateness excused by such stalls must stay rare, or the run proves little.
+constexpr double kMaxExcusedLateShare = 0.01;
+// TODO(lead): once the circuit breaker lands, tighten to "breaker open time
+// plus probing" and take the bound from its config.
+constexpr absl::Duration kRecoveryBound = absl::Seconds(5);
+// A call still running this long after its deadline has hung.
+constexpr absl::Duration kHangBound = absl::Seconds(2);
+#ifdef RPCGUARD_CHAOS_ASAN
+// ASan keeps freed memory in quarantine (256 MB by default) and shadows all.
+constexpr int64_t kRssBoundMb = 1536;
+constexpr int64_t kRssGrowthBoundMb = 512;
+#else
+constexpr int64_t kRssBoundMb = 512;
+constexpr int64_t kRssGrowthBoundMb = 128;
+#endif
+// Caps the load whatever the machine's speed, so memory stays bounded.
+constexpr int64_t kMaxCalls = 80000;
+
+// Load shape.
+constexpr int kSyncCallers = 3;
+constexpr int kCallbackCallers = 3;
+constexpr int kCallbackDepth = 3;  // calls in flight per callback caller
+constexpr int kCancelPercent = 8;
+
+// Retries for the three declared methods (idempotency comes from
+// fault.proto: Get NO_SIDE_EFFECTS, Put IDEMPOTENT, Charge KEYED). Create
+// gets a retryPolicy too but no idempotency: rpcguard must still try it once.
+// A6 jitter keeps every backoff at 16 ms or more (see kCancelRaceSlack).
+constexpr char kConfig[] = R"json({"methodConfig": [
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"},
+            {"service": "rpcguard.testing.v1.FaultService", "method": "Charge"}],
+   "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s",
+                   "maxBackoff": "0.1s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"jitter": "A6", "perAttemptTimeout": "0.15s"}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Put"},
+            {"service": "rpcguard.testing.v1.FaultService", "method": "Create"}],
+   "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s",
+                   "maxBackoff": "0.1s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"jitter": "A6"}}
+]})json";
+
+enum class Method { kGet, kPut, kCharge, kCreate };
+enum class Api { kSync, kCallback };
+constexpr const char* kMethodNames[] = {"Get", "Put", "Charge", "Create"};
+
+// ---------------------------------------------------------------------------
+// The attempt log: an interceptor registered after rpcguard, so it runs once
+// per attempt (and once for calls rpcguard does not hijack).
+
+struct AttemptRecord {
+  absl::Time start;
+  // The deadline rpcguard gave the attempt (its own ClientContext's).
+  absl::Time deadline;
+  std::string key;     // idempotency-key
+  std::string number;  // rpcguard-attempt
+  bool ended = false;
+  absl::Time end;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  // The server failed it on purpose ("injected failure", "hang ended").
+  bool injected = false;
+};
+
+class AttemptLog {
+ public:
+  class Factory final
+      : public grpc::experimental::ClientInterceptorFactoryInterface {
+   public:
+    explicit Factory(AttemptLog* log) : log_(log) {}
+    grpc::experimental::Interceptor* CreateClientInterceptor(
+        grpc::experimental::ClientRpcInfo* info) override {
+      return new Interceptor(log_, info);
+    }
+
+   private:
+    AttemptLog* const log_;
+  };
+
+  std::vector<AttemptRecord> Of(const std::string& op) const {
+    absl::MutexLock lock(&mu_);
+    auto it = by_op_.find(op);
+    return it == by_op_.end() ? std::vector<AttemptRecord>() : it->second;
+  }
+  int64_t total() const {
+    absl::MutexLock lock(&mu_);
+    return total_;
+  }
+  int64_t injected() const {
+    absl::MutexLock lock(&mu_);
+    return injected_;
+  }
+  // Attempts that ended UNAVAILABLE without the server saying so: refused or
+  // reset connections.
+  int64_t transport_failures() const {
+    absl::MutexLock lock(&mu_);
+    return transport_failures_;
+  }
+
+ private:
+  class Interceptor final : public grpc::experimental::Interceptor {
+   public:
+    Interceptor(AttemptLog* log, grpc::experimental::ClientRpcInfo* info)
+        : log_(log), info_(info) {}
+    void Intercept(grpc::experimental::InterceptorBatchMethods* b) override {
+      using grpc::experimental::InterceptionHookPoints;
+      if (b->QueryInterceptionHookPoint(
+              InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+        AttemptRecord r;
+        r.start = absl::Now();
+        r.deadline = absl::FromChrono(info_->client_context()->deadline());
+        const auto* md = b->GetSendInitialMetadata();
+        auto get = [md](const char* key) {
+          auto it = md->find(key);
+          return it == md->end() ? std::string() : it->second;
+        };
+        op_ = get("chaos-op");
+        r.key = get(kIdempotencyKeyHeader);
+        r.number = get(kAttemptHeader);
+        absl::MutexLock lock(&log_->mu_);
+        auto& v = log_->by_op_[op_];
+        index_ = v.size();
+        v.push_back(std::move(r));
+        ++log_->total_;
+      }
+      if (b->QueryInterceptionHookPoint(
+              InterceptionHookPoints::POST_RECV_STATUS)) {
+        const grpc::Status* s = b->GetRecvStatus();
+        const bool injected =
+            absl::StartsWith(s->error_message(), "injected failure") ||
+            s->error_message() == "hang ended";
+        absl::MutexLock lock(&log_->mu_);
+        AttemptRecord& r = log_->by_op_[op_][index_];
+        r.ended = true;
+        r.end = absl::Now();
+        r.code = s->error_code();
+        r.injected = injected;
+        if (injected) ++log_->injected_;
+        if (!injected && s->error_code() == grpc::StatusCode::UNAVAILABLE) {
+          ++log_->transport_failures_;
+        }
+      }
+      b->Proceed();
+    }
+
+   private:
+    AttemptLog* const log_;
+    grpc::experimental::ClientRpcInfo* const info_;
+    std::string op_;
+    size_t index_ = 0;
+  };
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<AttemptRecord>> by_op_
+      ABSL_GUARDED_BY(mu_);
+  int64_t total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t transport_failures_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// When each backoff was to end, from rpcguard's own trace (its retry
+// decisions), keyed by the call's idempotency key and the attempt before the
+// backoff.
+class RetryLog {
+ public:
+  std::shared_ptr<TraceSink> Sink() {
+    return std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+      if (e.kind != TraceEvent::Kind::kAttempt ||
+          e.decision != TraceDecision::kRetry) {
+        return;
+      }
+      absl::MutexLock lock(&mu_);
+      backoff_end_[{e.idempotency_key, e.attempt}] = e.time + e.backoff;
+    });
+  }
+
+  // absl::InfiniteFuture() when rpcguard traced no retry after `attempt`.
+  absl::Time BackoffEnd(const std::string& key, int attempt) const {
+    absl::MutexLock lock(&mu_);
+    auto it = backoff_end_.find({key, attempt});
+    return it == backoff_end_.end() ? absl::InfiniteFuture() : it->second;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, int>, absl::Time> backoff_end_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Moments the test process was not scheduled, measured by a thread that
+// sleeps kHeartbeat in a loop and notes every late wake-up.
+class StallLog {
+ public:
+  void Run(const std::atomic<bool>* stop) {
+    absl::Time before = absl::Now();
+    while (!stop->load()) {
+      absl::SleepFor(kHeartbeat);
+      const absl::Time now = absl::Now();
+      if (now - before - kHeartbeat >= kStallGap) {
+        absl::MutexLock lock(&mu_);
+        stalls_.push_back({before + kHeartbeat, now});
+      }
+      before = now;
+    }
+  }
+
+  // Time in [from, to] during which the process stalled.
+  absl::Duration StalledWithin(absl::Time from, absl::Time to) const {
+    absl::MutexLock lock(&mu_);
+    absl::Duration total;
+    for (const auto& [begin, end] : stalls_) {
+      const absl::Time b = std::max(begin, from);
+      const absl::Time e = std::min(end, to);
+      if (e > b) total += e - b;
+    }
+    return total;
+  }
+
+  int64_t count() const {
+    absl::MutexLock lock(&mu_);
+    return stalls_.size();
+  }
+  absl::Duration longest() const {
+    absl::MutexLock lock(&mu_);
+    absl::Duration longest;
+    for (const auto& [begin, end] : stalls_) {
+      longest = std::max(longest, end - begin);
+    }
+    return longest;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<absl::Time, absl::Time>> stalls_ ABSL_GUARDED_BY(mu_);
+};
+
+// ---------------------------------------------------------------------------
+// Calls.
+
+// One logical operation, from its caller's point of view.
+struct CallRecord {
+  int64_t id = 0;
+  Method method = Method::kGet;
+  Api api = Api::kSync;
+  std::string op_id;
+  int phase = 0;
+  absl::Time start;
+  absl::Time deadline;
+
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Time end ABSL_GUARDED_BY(mu);
+  grpc::StatusCode code ABSL_GUARDED_BY(mu) = grpc::StatusCode::OK;
+  std::string message ABSL_GUARDED_BY(mu);
+  int applied ABSL_GUARDED_BY(mu) = 0;  // Charge: the server's reply
+  std::string reply_key ABSL_GUARDED_BY(mu);
+  std::string attempts_trailer ABSL_GUARDED_BY(mu);
+  // Set by the canceller, after TryCancel() returned.
+  absl::Time cancelled_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+};
+
+// What a call in flight owns; shared by its caller and the canceller.
+struct InFlight {
+  CallRecord* record = nullptr;
+  grpc::ClientContext ctx;
+  FaultRequest req;
+  FaultReply reply;
+  std::atomic<bool> done{false};
+};
+
+// What the server saw of one op in one of its lives.
+struct ServerOp {
+  int attempts = 0;
+  int side_effects = 0;
+  std::vector<std::string> keys;
+};
+
+struct ServerLife {
+  pid_t pid = 0;
+  absl::Time started;
+  int64_t total_attempts = 0;
+  absl::flat_hash_map<std::string, ServerOp> ops;
+};
+
+// A moment the server became healthy again.
+struct Heal {
+  std::string what;
+  absl::Time at;
+  absl::Time window_end = absl::InfiniteFuture();  // next fault
+  absl::Duration recovery = absl::InfiniteDuration();
+};
+
+struct Phase {
+  std::string name;
+  absl::Time start;
+};
+
+int64_t VmRssMb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      int64_t kb = 0;
+      std::string digits;
+      for (char c : line) {
+        if (c >= '0' && c <= '9') digits += c;
+      }
+      if (absl::SimpleAtoi(digits, &kb)) return kb / 1024;
+    }
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------------------
+// The driver.
+
+class Chaos {
+ public:
+  Chaos() : server_(RunfilesPath("tests/testing/fault_server_main")) {}
+
+  ~Chaos() { server_.Kill(); }
+
+  void Run();
+
+ private:
+  // --- the server
+  void StartServer(int port);
+  void KillServer(const std::string& why, absl::Duration down);
+  bool Control(int fail_percent, int delay_ms, bool hang,
+               int apply_then_fail_percent);
+  bool SnapshotServer();
+
+  // --- load
+  void SyncCaller(int index);
+  void CallbackCaller(int index);
+  std::shared_ptr<InFlight> NewCall(Api api, absl::BitGen& gen);
+  void Complete(const std::shared_ptr<InFlight>& call,
+                const grpc::Status& status);
+  void Canceller();
+  void Watchdog();
+  [[noreturn]] void FatalHang(const std::string& what);
+
+  // --- the timeline
+  // `fault`: the phase injects faults (else the server is healthy).
+  void PhaseStart(const std::string& name, bool fault);
+  void Healed(const std::string& what);
+  void Sleep(absl::Duration d);
+  void Log(const std::string& line);
+
+  // --- checks
+  int64_t CheckAndReport();
+
+  absl::Time t0_ = absl::Now();
+  ServerProcess server_;
+  std::vector<ServerLife> lives_;
+  std::vector<Phase> phases_;
+  std::vector<Heal> heals_;
+  int kills_ = 0;
+  absl::Duration down_total_;
+  absl::Duration hang_total_;
+  absl::Duration slow_total_;
+  absl::Duration lossy_total_;
+
+  // Declared before the channel: its interceptors write into these.
+  AttemptLog attempts_;
+  RetryLog retries_;
+  StallLog stalls_;
+  std::atomic<bool> heartbeat_stop_{false};
+  std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<FaultService::Stub> stub_;
+  std::unique_ptr<FaultControl::Stub> control_;
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> phase_{0};
+
+  absl::Mutex calls_mu_;
+  std::vector<std::unique_ptr<CallRecord>> calls_ ABSL_GUARDED_BY(calls_mu_);
+  absl::flat_hash_map<int64_t, CallRecord*> in_flight_
+      ABSL_GUARDED_BY(calls_mu_);
+
+  struct CancelItem {
+    absl::Time due;
+    std::shared_ptr<InFlight> call;
+    bool operator>(const CancelItem& o) const { return due > o.due; }
+  };
+  absl::Mutex cancel_mu_;
+  std::priority_queue<CancelItem, std::vector<CancelItem>,
+                      std::greater<CancelItem>>
+      cancels_ ABSL_GUARDED_BY(cancel_mu_);
+  bool cancel_stop_ ABSL_GUARDED_BY(cancel_mu_) = false;
+  std::atomic<int64_t> cancels_sent_{0};
+
+  struct Lane {
+    absl::Mutex mu;
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+  };
+  std::vector<std::unique_ptr<Lane>> lanes_;
+
+  absl::Mutex watch_mu_;
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::atomic<int64_t> rss_peak_mb_{0};
+  std::atomic<int64_t> rss_after_warmup_mb_{0};
+  std::atomic<int64_t> hung_calls_{0};
+};
+
+void Chaos::Log(const std::string& line) {
+  std::printf("chaos: [%6.2fs] %s\n", absl::ToDoubleSeconds(absl::Now() - t0_),
+              line.c_str());
+  std::fflush(stdout);
+}
+
+void Chaos::StartServer(int port) {
+  // A restart on the same port can race the old socket's release: retry.
+  absl::Status started;
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  do {
+    started = server_.Start(port);
+    if (started.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < limit);
+  ASSERT_TRUE(started.ok()) << started;
+  ServerLife life;
+  life.pid = server_.pid();
+  life.started = absl::Now();
+  lives_.push_back(std::move(life));
+}
+
+bool Chaos::Control(int fail_percent, int delay_ms, bool hang,
+                    int apply_then_fail_percent) {
+  ControlRequest req;
+  req.set_fail_percent(fail_percent);
+  req.set_delay_ms(delay_ms);
+  req.set_hang(hang);
+  req.set_apply_then_fail_percent(apply_then_fail_percent);
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < limit) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(2));
+    rpcguard::testing::v1::ControlReply reply;
+    grpc::Status s = control_->Control(&ctx, req, &reply);
+    if (s.ok()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "FaultControl.Control failed for 10 s";
+  return false;
+}
+
+bool Chaos::SnapshotServer() {
+  const absl::Time limit = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < limit) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    StatsRequest req;  // every op
+    StatsReply reply;
+    grpc::Status s = control_->Stats(&ctx, req, &reply);
+    if (s.ok()) {
+      ServerLife& life = lives_.back();
+      life.total_attempts = reply.total_attempts();
+      life.ops.clear();
+      for (const auto& op : reply.ops()) {
+        ServerOp& out = life.ops[op.op_id()];
+        out.attempts = op.attempts();
+        out.side_effects = op.side_effects();
+        out.keys.assign(op.keys().begin(), op.keys().end());
+      }
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "FaultControl.Stats failed for 10 s";
+  return false;
+}
+
+void Chaos::KillServer(const std::string& why, absl::Duration down) {
+  // The server's counters die with it: keep them first.
+  SnapshotServer();
+  const pid_t old = server_.pid();
+  const absl::Time killed = absl::Now();
+  server_.Kill();
+  ++kills_;
+  Log(absl::StrCat(
+      "kill -9 pid ", old, " (", why, ")",
+      down > absl::ZeroDuration()
+          ? absl::StrCat(", port ", server_.port(), " refuses connections for ",
+                         absl::FormatDuration(down))
+          : ""));
+  if (down > absl::ZeroDuration()) {
+    Sleep(down);
+    down_total_ += absl::Now() - killed;
+  }
+  StartServer(server_.port());
+  Log(absl::StrCat("restarted as pid ", server_.pid(), " on ",
+                   server_.address(), ", ",
+                   absl::FormatDuration(absl::Trunc(absl::Now() - killed,
+                                                    absl::Milliseconds(1))),
+                   " after the kill"));
+}
+
+void Chaos::PhaseStart(const std::string& name, bool fault) {
+  // A fault ends the healthy window in which the last heal is measured.
+  if (fault && !heals_.empty() &&
+      heals_.back().window_end == absl::InfiniteFuture()) {
+    heals_.back().window_end = absl::Now();
+  }
+  phases_.push_back({name, absl::Now()});
+  phase_.store(static_cast<int>(phases_.size()) - 1);
+  Log(absl::StrCat("phase ", name));
+}
+
+void Chaos::Healed(const std::string& what) {
+  heals_.push_back({what, absl::Now()});
+}
+
+void Chaos::Sleep(absl::Duration d) { absl::SleepFor(d); }
+
+std::shared_ptr<InFlight> Chaos::NewCall(Api api, absl::BitGen& gen) {
+  auto record = std::make_unique<CallRecord>();
+  CallRecord* r = record.get();
+  r->api = api;
+  const int pick = absl::Uniform(gen, 0, 100);
+  r->method = pick < 35   ? Method::kGet
+              : pick < 55 ? Method::kPut
+              : pick < 80 ? Method::kCharge
+                          : Method::kCreate;
+  r->phase = phase_.load();
+  r->start = absl::Now();
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(absl::Uniform(gen, 200, 501));
+  r->deadline = absl::FromChrono(deadline);
+  {
+    absl::MutexLock lock(&calls_mu_);
+    r->id = static_cast<int64_t>(calls_.size());
+    r->op_id = absl::StrCat("op-", r->id, "-",
+                            kMethodNames[static_cast<int>(r->method)]);
+    in_flight_[r->id] = r;
+    calls_.push_back(std::move(record));
+  }
+  auto call = std::make_shared<InFlight>();
+  call->record = r;
+  call->ctx.set_deadline(deadline);
+  call->ctx.AddMetadata("chaos-op", r->op_id);
+  call->req.set_op_id(r->op_id);
+  call->req.set_payload("chaos");
+  if (r->method == Method::kCharge) call->req.set_amount(100);
+  if (absl::Uniform(gen, 0, 100) < kCancelPercent) {
+    // Half of the cancels within 2 ms of the start, where a healthy call
+    // still runs (first batch, hijack, attempt 1); the others anywhere
+    // before the deadline (backoffs and retries when the server is faulty).
+    const int64_t range_us =
+        absl::Bernoulli(gen, 0.5)
+            ? 2000
+            : absl::ToInt64Microseconds(r->deadline - r->start);
+    const absl::Duration after =
+        absl::Microseconds(absl::Uniform<int64_t>(gen, 0, range_us));
+    absl::MutexLock lock(&cancel_mu_);
+    cancels_.push({r->start + after, call});
+  }
+  return call;
+}
+
+void Chaos::Complete(const std::shared_ptr<InFlight>& call,
+                     const grpc::Status& status) {
+  const absl::Time end = absl::Now();
+  call->done.store(true);
+  CallRecord* r = call->record;
+  {
+    absl::MutexLock lock(&r->mu);
+    r->done = true;
+    r->end = end;
+    r->code = status.error_code();
+    r->message = status.error_message();
+    r->applied = call->reply.applied();
+    r->reply_key = call->reply.idempotency_key();
+    auto range =
+        call->ctx.GetServerTrailingMetadata().equal_range(kAttemptsTrailer);
+    for (auto it = range.first; it != range.second; ++it) {
+      if (!r->attempts_trailer.empty()) r->attempts_trailer += ",";
+      r->attempts_trailer.append(it->second.data(), it->second.size());
+    }
+  }
+  absl::MutexLock lock(&calls_mu_);
+  in_flight_.erase(r->id);
+}
+
+void Chaos::SyncCaller(int index) {
+  absl::BitGen gen;
+  while (!stopping_.load()) {
+    {
+      absl::MutexLock lock(&calls_mu_);
+      if (static_cast<int64_t>(calls_.size()) >= kMaxCalls) break;
+    }
+    std::shared_ptr<InFlight> call = NewCall(Api::kSync, gen);
+    grpc::Status s;
+    switch (call->record->method) {
+      case Method::kGet:
+        s = stub_->Get(&call->ctx, call->req, &call->reply);
+        break;
+      case Method::kPut:
+        s = stub_->Put(&call->ctx, call->req, &call->reply);
+        break;
+      case Method::kCharge:
+        s = stub_->Charge(&call->ctx, call->req, &call->reply);
+        break;
+      case Method::kCreate:
+        s = stub_->Create(&call->ctx, call->req, &call->reply);
+        break;
+    }
+    Complete(call, s);
+    absl::SleepFor(absl::Milliseconds(absl::Uniform(gen, 3, 9)));
+  }
+}
+
+void Chaos::CallbackCaller(int index) {
+  Lane* lane = lanes_[index].get();
+  absl::BitGen gen;
+  while (!stopping_.load()) {
+    {
+      absl::MutexLock lock(&calls_mu_);
+      if (static_cast<int64_t>(calls_.size()) >= kMaxCalls) break;
+    }
+    {
+      absl::MutexLock lock(&lane->mu);
+      auto has_room = [lane]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane->mu) {
+        return lane->in_flight < kCallbackDepth;
+      };
+      lane->mu.AwaitWithTimeout(absl::Condition(&has_room),
+                                absl::Milliseconds(100));
+      if (!has_room()) continue;
+      ++lane->in_flight;
+    }
+    std::shared_ptr<InFlight> call = NewCall(Api::kCallback, gen);
+    // The completion owns the call; it may run on a gRPC thread before
+    // the start returns.
+    auto done = [this, call, lane](grpc::Status s) {
+      Complete(call, s);
+      absl::MutexLock lock(&lane->mu);
+      --lane->in_flight;
+    };
+    InFlight* c = call.get();
+    switch (c->record->method) {
+      case Method::kGet:
+        stub_->async()->Get(&c->ctx, &c->req, &c->reply, done);
+        break;
+      case Method::kPut:
+        stub_->async()->Put(&c->ctx, &c->req, &c->reply, done);
+        break;
+      case Method::kCharge:
+        stub_->async()->Charge(&c->ctx, &c->req, &c->reply, done);
+        break;
+      case Method::kCreate:
+        stub_->async()->Create(&c->ctx, &c->req, &c->reply, done);
+        break;
+    }
+    absl::SleepFor(absl::Milliseconds(absl::Uniform(gen, 3, 9)));
+  }
+  // Every call ends by its deadline (<= 500 ms) plus kLateBound.
+  absl::MutexLock lock(&lane->mu);
+  auto drained = [lane]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane->mu) {
+    return lane->in_flight == 0;
+  };
+  if (!lane->mu.AwaitWithTimeout(absl::Condition(&drained),
+                                 absl::Milliseconds(500) + kHangBound)) {
+    FatalHang(absl::StrCat("callback caller ", index, ": ", lane->in_flight,
+                           " calls never completed"));
+  }
+}
+
+void Chaos::Canceller() {
+  while (true) {
+    std::vector<std::shared_ptr<InFlight>> due;
+    {
+      absl::MutexLock lock(&cancel_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cancel_mu_) {
+        return cancel_stop_ ||
+               (!cancels_.empty() && cancels_.top().due <= absl::Now());
+      };
+      cancel_mu_.AwaitWithTimeout(absl::Condition(&ready),
+                                  absl::Milliseconds(1));
+      if (cancel_stop_) return;
+      while (!cancels_.empty() && cancels_.top().due <= absl::Now()) {
+        due.push_back(cancels_.top().call);
+        cancels_.pop();
+      }
+    }
+    for (auto& call : due) {
+      if (call->done.load()) continue;  // finished first: no cancel
+      call->ctx.TryCancel();
+      const absl::Time cancelled_at = absl::Now();
+      ++cancels_sent_;
+      absl::MutexLock lock(&call->record->mu);
+      call->record->cancelled_at = cancelled_at;
+    }
+  }
+}
+
+void Chaos::FatalHang(const std::string& what) {
+  std::printf(
+      "chaos: HANG: %s\nviolations: hang (the process cannot end "
+      "cleanly with calls still running)\n",
+      what.c_str());
+  std::fflush(stdout);
+  server_.Kill();
+  std::_Exit(1);
+}
+
+void Chaos::Watchdog() {
+  while (true) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+        return watch_stop_;
+      };
+      if (watch_mu_.AwaitWithTimeout(absl::Condition(&stop),
+                                     absl::Milliseconds(100))) {
+        return;
+      }
+    }
+    const int64_t rss = VmRssMb();
+    int64_t peak = rss_peak_mb_.load();
+    while (rss > peak && !rss_peak_mb_.compare_exchange_weak(peak, rss)) {
+    }
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&calls_mu_);
+    for (const auto& [id, r] : in_flight_) {
+      if (now - r->deadline > kHangBound) {
+        ++hung_calls_;
+        FatalHang(absl::StrCat(
+            "call ", r->op_id, " (", r->api == Api::kSync ? "sync" : "callback",
+            ") still running ", absl::FormatDuration(now - r->deadline),
+            " after its deadline"));
+      }
+    }
+  }
+}
+
+void Chaos::Run() {
+  StartServer(0);
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  Log(absl::StrCat("fault_server_main pid ", server_.pid(), " on ",
+                   server_.address()));
+
+  // The load channel: [rpcguard, attempt log]. gRPC's reconnect backoff
+  // grows to 120 s by default; capped at 1 s so that recovery measures
+  // rpcguard, not how long gRPC waits before it dials again.
+  absl::StatusOr<Config> config = Config::FromJson(kConfig);
+  ASSERT_TRUE(config.ok()) << config.status();
+  Options options;
+  options.config = *config;
+  options.stats = stats_;
+  // Retry decisions only, into the RetryLog (not stderr: thousands).
+  options.trace_sink = retries_.Sink();
+  options.trace_verbosity = TraceVerbosity::kRetries;
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(MakeInterceptorFactory(options));
+  factories.push_back(std::make_unique<AttemptLog::Factory>(&attempts_));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  channel_ = grpc::experimental::CreateCustomChannelWithInterceptors(
+      server_.address(), grpc::InsecureChannelCredentials(), args,
+      std::move(factories));
+  stub_ = FaultService::NewStub(channel_);
+  // The control channel: plain gRPC (a control call is never retried), and
+  // large enough for the stats of every op.
+  grpc::ChannelArguments control_args = args;
+  control_args.SetMaxReceiveMessageSize(256 << 20);
+  control_ = FaultControl::NewStub(grpc::CreateCustomChannel(
+      server_.address(), grpc::InsecureChannelCredentials(), control_args));
+
+  std::thread heartbeat([this] { stalls_.Run(&heartbeat_stop_); });
+  std::thread canceller([this] { Canceller(); });
+  std::thread watchdog([this] { Watchdog(); });
+  std::vector<std::thread> callers;
+  PhaseStart("warmup (healthy)", /*fault=*/false);
+  for (int i = 0; i < kSyncCallers; ++i) {
+    callers.emplace_back([this, i] { SyncCaller(i); });
+  }
+  for (int i = 0; i < kCallbackCallers; ++i) {
+    lanes_.push_back(std::make_unique<Lane>());
+  }
+  for (int i = 0; i < kCallbackCallers; ++i) {
+    callers.emplace_back([this, i] { CallbackCaller(i); });
+  }
+
+  // --- The timeline (about 45 s).
+  Sleep(absl::Seconds(3));
+  rss_after_warmup_mb_.store(VmRssMb());
+
+  PhaseStart("lossy: 30% fail, 60% of those after applying", /*fault=*/true);
+  absl::Time t = absl::Now();
+  Control(30, 0, false, 60);
+  Sleep(absl::Seconds(4));
+  lossy_total_ += absl::Now() - t;
+  KillServer("while lossy", absl::ZeroDuration());
+  Healed("restart after kill -9");
+  PhaseStart("healthy after restart", /*fault=*/false);
+  Sleep(absl::Seconds(4));
+
+  PhaseStart("down: killed, port refuses connections", /*fault=*/true);
+  KillServer("down for a while", absl::Seconds(2));
+  Healed("restart after 2 s down");
+  PhaseStart("healthy after down", /*fault=*/false);
+  Sleep(absl::Seconds(5));
+
+  PhaseStart("hang: the server answers nothing", /*fault=*/true);
+  t = absl::Now();
+  Control(0, 0, true, 0);
+  Sleep(absl::Seconds(2));
+  Control(0, 0, false, 0);  // hung attempts now end UNAVAILABLE
+  hang_total_ += absl::Now() - t;
+  Healed("hang ended");
+  PhaseStart("healthy after hang", /*fault=*/false);
+  Sleep(absl::Seconds(4));
+
+  PhaseStart("slow: every answer 250 ms late (deadlines 200-500 ms)",
+             /*fault=*/true);
+  t = absl::Now();
+  Control(0, 250, false, 0);
+  Sleep(absl::Seconds(4));
+  Control(0, 0, false, 0);
+  slow_total_ += absl::Now() - t;
+  Healed("slow ended");
+  PhaseStart("healthy after slow", /*fault=*/false);
+  Sleep(absl::Seconds(4));
+
+  PhaseStart("lossy again, killed midway, lossy on the new server",
+             /*fault=*/true);
+  t = absl::Now();
+  Control(40, 0, false, 80);
+  Sleep(absl::Seconds(3));
+  KillServer("while lossy", absl::ZeroDuration());
+  Control(40, 0, false, 80);
+  Sleep(absl::Seconds(3));
+  Control(0, 0, false, 0);
+  lossy_total_ += absl::Now() - t;
+  Healed("lossy ended");
+  PhaseStart("healthy (final)", /*fault=*/false);
+  Sleep(absl::Seconds(4));
+
+  // --- Stop the load; every call must end on its own.
+  stopping_.store(true);
+  for (auto& c : callers) c.join();
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    cancel_stop_ = true;
+  }
+  canceller.join();
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stop_ = true;
+  }
+  watchdog.join();
+  heartbeat_stop_.store(true);
+  heartbeat.join();
+  if (!heals_.empty() && heals_.back().window_end == absl::InfiniteFuture()) {
+    heals_.back().window_end = absl::Now();
+  }
+  SnapshotServer();
+  server_.Stop();
+
+  const int64_t violations = CheckAndReport();
+  EXPECT_EQ(violations, 0) << "see the report above";
+}
+
+// ---------------------------------------------------------------------------
+// Checks.
+
+int64_t Chaos::CheckAndReport() {
+  absl::MutexLock calls_lock(&calls_mu_);
+  const absl::Duration elapsed = absl::Now() - t0_;
+
+  struct Check {
+    std::string name;
+    std::string detail;
+    int64_t violations = 0;
+    std::vector<std::string> examples;
+    void Fail(std::string what) {
+      ++violations;
+      if (examples.size() < 5) examples.push_back(std::move(what));
+    }
+  };
+  Check late{"deadline + 20 ms"};
+  Check attempt_deadline{"attempt deadline <= call deadline"};
+  Check cancel{"no attempt after cancel"};
+  Check create{"Create never twice"};
+  Check charge{"Charge exactly once"};
+  Check complete{"every call completes"};
+  Check trailer{"attempts trailer = attempts seen"};
+  Check memory{"memory bound"};
+  Check recovery{"recovery after heal"};
+
+  std::map<grpc::StatusCode, int64_t> outcomes;
+  int64_t by_api[2] = {0, 0};
+  int64_t by_method[4] = {0, 0, 0, 0};
+  int64_t cancelled_calls = 0;
+  int64_t raced_cancel = 0;
+  absl::Duration max_late = -absl::InfiniteDuration();
+  absl::Duration max_late_unexcused = -absl::InfiniteDuration();
+  absl::Duration max_excused_late = absl::ZeroDuration();
+  int64_t late_excused = 0;
+  int64_t late_excused_grpc = 0;
+  int64_t charges_ok = 0;
+  int64_t charges_spanning = 0;
+  int64_t charges_ambiguous = 0;  // applied, but the client saw a failure
+  int64_t creates_attempted = 0;
+  struct PhaseCount {
+    int64_t calls = 0;
+    int64_t ok = 0;
+  };
+  std::vector<PhaseCount> per_phase(phases_.size());
+
+  // Server-side views, summed over server lives.
+  auto server_view = [this](const std::string& op) {
+    std::vector<const ServerOp*> seen;
+    for (const ServerLife& life : lives_) {
+      auto it = life.ops.find(op);
+      if (it != life.ops.end() && it->second.attempts > 0) {
+        seen.push_back(&it->second);
+      }
+    }
+    return seen;
+  };
+
+  for (const auto& owned : calls_) {
+    CallRecord& r = *owned;
+    absl::MutexLock lock(&r.mu);
+    ++by_api[static_cast<int>(r.api)];
+    ++by_method[static_cast<int>(r.method)];
+    ++per_phase[r.phase].calls;
+    if (!r.done) {
+      complete.Fail(absl::StrCat(r.op_id, " never completed"));
+      continue;
+    }
+    ++outcomes[r.code];
+    if (r.code == grpc::StatusCode::OK) ++per_phase[r.phase].ok;
+
+    const std::vector<AttemptRecord> attempts = attempts_.Of(r.op_id);
+
+    // 1. Deadline. rpcguard's own part is exact: no attempt may run past
+    // the call's deadline (1 ms for rounding through gpr_timespec).
+    for (const AttemptRecord& a : attempts) {
+      if (a.deadline > r.deadline + absl::Milliseconds(1)) {
+        attempt_deadline.Fail(
+            absl::StrCat(r.op_id, " attempt ", a.number, " had a deadline ",
+                         absl::FormatDuration(a.deadline - r.deadline),
+                         " after the call's"));
+      }
+    }
+    // End to end: 20 ms after the deadline at most, unless what delayed the
+    // call is outside rpcguard and measured: the test process was not
+    // scheduled, or gRPC core ended the last attempt that long after the
+    // attempt's own deadline (its deadline timer fired late).
+    const absl::Duration lateness = r.end - r.deadline;
+    max_late = std::max(max_late, lateness);
+    if (lateness > kLateBound) {
+      const absl::Duration stalled =
+          stalls_.StalledWithin(r.deadline - absl::Milliseconds(100), r.end);
+      absl::Duration grpc_late;
+      if (!attempts.empty() && attempts.back().ended) {
+        grpc_late = std::max(absl::ZeroDuration(),
+                             attempts.back().end - attempts.back().deadline);
+      }
+      if (lateness - kLateBound <= std::max(stalled, grpc_late)) {
+        ++late_excused;
+        if (grpc_late >= stalled) ++late_excused_grpc;
+        max_excused_late = std::max(max_excused_late, lateness);
+      } else {
+        // Where the time went: each attempt relative to the deadline.
+        std::string timeline;
+        auto rel = [&r](absl::Time t) {
+          return absl::StrFormat("%+.1fms",
+                                 absl::ToDoubleMilliseconds(t - r.deadline));
+        };
+        for (const AttemptRecord& a : attempts) {
+          absl::StrAppend(&timeline, " [attempt ", a.number, " ", rel(a.start),
+                          "..", a.ended ? rel(a.end) : std::string("?"),
+                          " deadline ", rel(a.deadline), " ",
+                          StatusCodeName(a.code), "]");
+        }
+        late.Fail(absl::StrCat(r.op_id, " (", phases_[r.phase].name, ") ended ",
+                               absl::FormatDuration(lateness),
+                               " after its deadline (process stalled ",
+                               absl::FormatDuration(stalled),
+                               " around it): ", r.code, " ", r.message,
+                               "; started ", rel(r.start), timeline));
+      }
+    } else {
+      max_late_unexcused = std::max(max_late_unexcused, lateness);
+    }
+
+    // 2. Cancel.
+    if (r.cancelled_at != absl::InfiniteFuture()) {
+      ++cancelled_calls;
+      int raced = 0;
+      for (const AttemptRecord& a : attempts) {
+        if (a.start <= r.cancelled_at) continue;
+        const absl::Duration after = a.start - r.cancelled_at;
+        int number = 0;
+        const bool numbered = absl::SimpleAtoi(a.number, &number);
+        // A retry's backoff that had not ended at the cancel: only the
+        // cancel can have woken rpcguard to start this attempt.
+        const absl::Time backoff_end =
+            numbered && number > 1 ? retries_.BackoffEnd(a.key, number - 1)
+                                   : absl::InfinitePast();
+        if (after > kCancelRaceSlack) {
+          cancel.Fail(absl::StrCat(r.op_id, " attempt ", a.number, " started ",
+                                   absl::FormatDuration(after),
+                                   " after the cancel"));
+        } else if (!numbered || number < 1) {
+          cancel.Fail(absl::StrCat(r.op_id, ": an attempt numbered '", a.number,
+                                   "' after the cancel"));
+        } else if (backoff_end == absl::InfiniteFuture()) {
+          cancel.Fail(absl::StrCat(r.op_id, " attempt ", number,
+                                   " after the cancel, and no retry "
+                                   "decision traced before it"));
+        } else if (r.cancelled_at + kBackoffEndSlack < backoff_end) {
+          cancel.Fail(absl::StrCat(
+              r.op_id, " attempt ", number, " started ",
+              absl::FormatDuration(after), " after a cancel that came ",
+              absl::FormatDuration(backoff_end - r.cancelled_at),
+              " before its backoff ended"));
+        } else if (++raced > 1) {
+          cancel.Fail(
+              absl::StrCat(r.op_id, ": ", raced, " attempts raced one cancel"));
+        }
+      }
+      raced_cancel += raced;
+    }
+
+    // Attempts made, as rpcguard reports them, against those seen.
+    if (!r.attempts_trailer.empty() &&
+        r.attempts_trailer != absl::StrCat(attempts.size())) {
+      trailer.Fail(absl::StrCat(r.op_id, ": trailer ", r.attempts_trailer,
+                                ", attempts seen ", attempts.size()));
+    }
+
+    const std::vector<const ServerOp*> server = server_view(r.op_id);
+    int server_attempts = 0;
+    int side_effects = 0;
+    for (const ServerOp* op : server) {
+      server_attempts += op->attempts;
+      side_effects += op->side_effects;
+    }
+
+    // 3. Create.
+    if (r.method == Method::kCreate) {
+      if (!attempts.empty()) ++creates_attempted;
+      if (attempts.size() > 1 || server_attempts > 1) {
+        create.Fail(absl::StrCat(r.op_id, ": ", attempts.size(),
+                                 " attempts on the client, ", server_attempts,
+                                 " on the server"));
+      }
+    }
+
+    // 4. Charge.
+    if (r.method == Method::kCharge) {
+      std::string key;
+      for (const AttemptRecord& a : attempts) {
+        if (a.key.empty()) {
+          charge.Fail(
+              absl::StrCat(r.op_id, ": attempt ", a.number, " without a key"));
+        } else if (key.empty()) {
+          key = a.key;
+        } else if (a.key != key) {
+          charge.Fail(absl::StrCat(r.op_id, ": keys ", key, " and ", a.key));
+        }
+      }
+      for (const ServerOp* op : server) {
+        if (op->side_effects > 1) {
+          charge.Fail(absl::StrCat(r.op_id, ": applied ", op->side_effects,
+                                   " times in one server life"));
+        }
+        for (const std::string& k : op->keys) {
+          if (k != key) {
+            charge.Fail(absl::StrCat(r.op_id, ": the server saw key ", k,
+                                     ", the client sent ", key));
+          }
+        }
+      }
+      if (server.size() > 1) {
+        // Applied once per server life at most, with one key: the test
+        // server's dedup table dies with it, a durable one would not.
+        ++charges_spanning;
+      } else if (side_effects > 1) {
+        charge.Fail(
+            absl::StrCat(r.op_id, ": applied ", side_effects, " times"));
+      }
+      if (r.code == grpc::StatusCode::OK) {
+        ++charges_ok;
+        if (r.applied != 1 || r.reply_key != key) {
+          charge.Fail(absl::StrCat(r.op_id,
+                                   ": succeeded, but the server "
+                                   "says applied=",
+                                   r.applied, " for key ", r.reply_key));
+        }
+      } else if (side_effects > 0) {
+        ++charges_ambiguous;
+      }
+    }
+  }
+
+  if (late_excused > kMaxExcusedLateShare * calls_.size()) {
+    late.Fail(absl::StrCat(late_excused,
+                           " late calls excused: too many to trust the run"));
+  }
+
+  // 5. Memory.
+  const int64_t rss_peak = rss_peak_mb_.load();
+  const int64_t rss_growth = rss_peak - rss_after_warmup_mb_.load();
+  if (rss_peak > kRssBoundMb) {
+    memory.Fail(absl::StrCat("VmRSS peaked at ", rss_peak, " MB"));
+  }
+  if (rss_growth > kRssGrowthBoundMb) {
+    memory.Fail(absl::StrCat("VmRSS grew ", rss_growth, " MB after warmup"));
+  }
+
+  // 6. Recovery: the first call started after the heal that succeeded.
+  for (Heal& h : heals_) {
+    absl::Time first_ok = absl::InfiniteFuture();
+    for (const auto& owned : calls_) {
+      CallRecord& r = *owned;
+      absl::MutexLock lock(&r.mu);
+      if (r.start >= h.at && r.done && r.code == grpc::StatusCode::OK) {
+        first_ok = std::min(first_ok, r.end);
+      }
+    }
+    h.recovery = first_ok - h.at;
+    const absl::Duration bound = std::min(kRecoveryBound, h.window_end - h.at);
+    if (h.recovery > bound) {
+      recovery.Fail(absl::StrCat(h.what, ": no call succeeded within ",
+                                 absl::FormatDuration(bound)));
+    }
+  }
+
+  // --- The report.
+  const int64_t calls = static_cast<int64_t>(calls_.size());
+  int64_t server_attempts_total = 0;
+  for (const ServerLife& life : lives_) {
+    server_attempts_total += life.total_attempts;
+  }
+  int64_t rpcguard_calls = 0;
+  int64_t rpcguard_attempts = 0;
+  int64_t rpcguard_retries = 0;
+  for (const auto& m : stats_->Snapshot().methods) {
+    rpcguard_calls += m.calls;
+    rpcguard_attempts += m.attempts;
+    rpcguard_retries += m.retries;
+  }
+
+  std::string out;
+  absl::StrAppendFormat(&out,
+                        "\nchaos report: %.1f s, %d server lives, "
+                        "traffic on 127.0.0.1 only\n",
+                        absl::ToDoubleSeconds(elapsed), lives_.size());
+  absl::StrAppendFormat(
+      &out,
+      "  calls            %d (sync %d, callback %d; Get %d, Put %d, Charge %d, "
+      "Create %d)\n",
+      calls, by_api[0], by_api[1], by_method[0], by_method[1], by_method[2],
+      by_method[3]);
+  out += "  outcomes        ";
+  for (const auto& [code, n] : outcomes) {
+    absl::StrAppendFormat(&out, " %s %d", StatusCodeName(code), n);
+  }
+  out += "\n";
+  absl::StrAppendFormat(
+      &out,
+      "  faults injected  %d kills (SIGKILL), %.1f s down, %.1f s hung, "
+      "%.1f s slow, %.1f s lossy; %d attempts failed by the server on "
+      "purpose, %d by the transport (refused/reset)\n",
+      kills_, absl::ToDoubleSeconds(down_total_),
+      absl::ToDoubleSeconds(hang_total_), absl::ToDoubleSeconds(slow_total_),
+      absl::ToDoubleSeconds(lossy_total_), attempts_.injected(),
+      attempts_.transport_failures());
+  absl::StrAppendFormat(
+      &out,
+      "  attempts         %d seen on the client (rpcguard: %d calls, %d "
+      "attempts, %d retries); %d on the server (stats before each kill)\n",
+      attempts_.total(), rpcguard_calls, rpcguard_attempts, rpcguard_retries,
+      server_attempts_total);
+  absl::StrAppendFormat(
+      &out,
+      "  cancels          %d sent, %d calls cancelled while running, %d "
+      "attempts raced a cancel (started within %s of it)\n",
+      cancels_sent_.load(), cancelled_calls, raced_cancel,
+      absl::FormatDuration(kCancelRaceSlack));
+  absl::StrAppendFormat(
+      &out,
+      "  charges          %d succeeded, each applied once; %d applied but "
+      "reported failed (ambiguous, same key); %d spanned a restart\n",
+      charges_ok, charges_ambiguous, charges_spanning);
+  out += "  recovery        ";
+  for (const Heal& h : heals_) {
+    absl::StrAppendFormat(&out, " [%s: %s]", h.what,
+                          h.recovery == absl::InfiniteDuration()
+                              ? std::string("never")
+                              : absl::FormatDuration(absl::Trunc(
+                                    h.recovery, absl::Milliseconds(1))));
+  }
+  absl::StrAppendFormat(&out, " (bound %s)\n",
+                        absl::FormatDuration(kRecoveryBound));
+  absl::StrAppendFormat(
+      &out,
+      "  memory           VmRSS peak %d MB (bound %d), growth after warmup %d "
+      "MB (bound %d)\n",
+      rss_peak, kRssBoundMb, rss_growth, kRssGrowthBoundMb);
+  absl::StrAppendFormat(
+      &out,
+      "  machine          %d stalls of the test process >= %s (longest %s; "
+      "load from other processes on the shared cores)\n",
+      stalls_.count(), absl::FormatDuration(kStallGap),
+      absl::FormatDuration(
+          absl::Trunc(stalls_.longest(), absl::Milliseconds(1))));
+  out += "  phases:\n";
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    absl::StrAppendFormat(&out, "    %-55s %6d calls, %5.1f%% OK\n",
+                          phases_[i].name, per_phase[i].calls,
+                          per_phase[i].calls == 0
+                              ? 0.0
+                              : 100.0 * per_phase[i].ok / per_phase[i].calls);
+  }
+  out += "  invariants:\n";
+  late.detail = absl::StrCat(
+      calls, " calls, latest +",
+      absl::FormatDuration(
+          absl::Trunc(max_late_unexcused, absl::Microseconds(100))),
+      late_excused > 0
+          ? absl::StrCat("; ", late_excused, " later, excused (",
+                         late_excused_grpc, " gRPC timer, ",
+                         late_excused - late_excused_grpc,
+                         " process stall; max +",
+                         absl::FormatDuration(absl::Trunc(
+                             max_excused_late, absl::Milliseconds(1))),
+                         ")")
+          : "");
+  cancel.detail = absl::StrCat(cancelled_calls, " cancelled calls");
+  create.detail =
+      absl::StrCat(by_method[3], " ops, ", creates_attempted, " attempted");
+  charge.detail =
+      absl::StrCat(by_method[2], " ops, ", charges_ok, " succeeded");
+  complete.detail = absl::StrCat(calls, " calls");
+  trailer.detail = "rpcguard-attempts vs the attempt log";
+  memory.detail = absl::StrCat("peak ", rss_peak, " MB");
+  recovery.detail = absl::StrCat(heals_.size(), " heals");
+  int64_t violations = 0;
+  attempt_deadline.detail =
+      absl::StrCat(attempts_.total(), " attempts (rpcguard's own part)");
+  for (Check* c : {&attempt_deadline, &late, &cancel, &create, &charge,
+                   &complete, &trailer, &memory, &recovery}) {
+    absl::StrAppendFormat(&out, "    %-34s %-52s violations: %d\n", c->name,
+                          c->detail, c->violations);
+    for (const std::string& e : c->examples) {
+      absl::StrAppendFormat(&out, "      e.g. %s\n", e);
+    }
+    violations += c->violations;
+  }
+  absl::StrAppendFormat(&out, "  violations: %d\n", violations);
+  std::printf("%s", out.c_str());
+  std::fflush(stdout);
+  return violations;
+}
+
+TEST(ChaosTest, InvariantsHoldUnderServerFaults) {
+  Chaos chaos;
+  chaos.Run();
+}
+
+}  // namespace
+}  // namespace rpcguard
