@@ -100,9 +100,10 @@ constexpr absl::Duration kHeartbeat = absl::Milliseconds(1);
 constexpr absl::Duration kStallGap = absl::Milliseconds(5);
 // Lateness excused by such stalls must stay rare, or the run proves little.
 constexpr double kMaxExcusedLateShare = 0.01;
-// TODO(lead): once the circuit breaker lands, tighten to "breaker open time
-// plus probing" and take the bound from its config.
-constexpr absl::Duration kRecoveryBound = absl::Seconds(5);
+// Calls succeed again within the breaker's longest open time (maxOpenTime in
+// kConfig, 1 s), plus gRPC's reconnect backoff (capped at 1 s below), plus
+// 0.5 s for the probes themselves and scheduling on a busy machine.
+constexpr absl::Duration kRecoveryBound = absl::Milliseconds(2500);
 // A call still running this long after its deadline has hung.
 constexpr absl::Duration kHangBound = absl::Seconds(2);
 #ifdef RPCGUARD_CHAOS_ASAN
@@ -138,8 +139,9 @@ constexpr char kConfig[] = R"json({"methodConfig": [
    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s",
                    "maxBackoff": "0.1s", "backoffMultiplier": 2,
                    "retryableStatusCodes": ["UNAVAILABLE"]},
-   "rpcguard": {"jitter": "A6"}}
-]})json";
+   "rpcguard": {"jitter": "A6"}}],
+  "rpcguard": {"circuitBreaker": {"openTime": "0.5s", "maxOpenTime": "1s"}}
+})json";
 
 enum class Method { kGet, kPut, kCharge, kCreate };
 enum class Api { kSync, kCallback };
