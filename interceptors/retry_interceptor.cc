@@ -63,6 +63,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "interceptors/mutex.h"
 #include "interceptors/retry_controller.h"
 #include "interceptors/uuid.h"
 
@@ -89,7 +90,7 @@ std::shared_ptr<TraceSink> DefaultSink() {
 // rare, so a process-wide lock is fine here (never on the call path).
 bool FirstToSee(const TraceSink* sink, const Stats* stats,
                 const BreakerTransition& t) {
-  static absl::Mutex mu(absl::kConstInit);
+  static absl::Mutex mu(absl::kConstInit);  // rare: transitions only
   static auto* const last_seen =
       new absl::flat_hash_map<std::string, uint64_t>();
   const std::string key =
@@ -194,7 +195,7 @@ class Shared {
       ABSL_LOCKS_EXCLUDED(mu_) {
     const absl::string_view key(method);
     {
-      absl::ReaderMutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       auto it = methods_.find(key);
       if (it != methods_.end()) return *it->second;
     }
@@ -203,7 +204,7 @@ class Shared {
     state->resolved = config_.Resolve(key);
     state->stats = stats_->ForMethod(key);
     AttachDestination(key, state.get());
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     // Another call may have resolved it meanwhile; keep the first.
     auto [it, inserted] = methods_.try_emplace(key, std::move(state));
     return *it->second;
@@ -294,7 +295,7 @@ class Shared {
   const std::shared_ptr<BreakerRegistry> registry_;
   std::string destination_;  // set before any call, then read-only
   BreakerRegistry::ListenerId listener_id_ = 0;
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
       methods_ ABSL_GUARDED_BY(mu_);
 };
@@ -416,7 +417,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       ABSL_LOCKS_EXCLUDED(mu_) {
     std::vector<InterceptorBatchMethods*> ready;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       ready = FinishLocked(status, reason, nullptr);
     }
     Conclude(std::move(ready));
@@ -425,7 +426,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // The caller cancelled. Safe from any thread, any number of times.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       if (cancelled_ || done_) return;
       cancelled_ = true;
       cancel_alarm_ = std::make_unique<grpc::Alarm>();
@@ -440,7 +441,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // A batch of the application's call that waits for the result.
   void Park(InterceptorBatchMethods* batch) ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       if (!done_) {
         parked_.push_back(batch);
         return;
@@ -460,7 +461,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     bool ended = false;
     std::vector<InterceptorBatchMethods*> ready;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       if (done_) return;
       if (refused && !cancelled_) {
         ready = FinishLocked(
@@ -508,7 +509,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
     std::optional<RefreshedCredentials> refreshed;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       refreshed = refreshed_;
     }
     if (refreshed && refreshed->credentials) {
@@ -541,7 +542,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
     bool cancel_now;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       attempt_started_ = true;
       cancel_now = cancelled_ && attempt_ == attempt;
     }
@@ -576,7 +577,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       outcome.code = status.error_code();
       absl::Time call_deadline;
       {
-        absl::MutexLock lock(&mu_);
+        internal::MutexLock lock(&mu_);
         outcome.caller_cancelled = cancelled_;
         call_deadline = controller_.deadline();
       }
@@ -591,7 +592,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
                            outcome));
     }
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       attempt_.reset();
       if (done_) return;
       RandomBitGen gen(shared_->random());
@@ -670,7 +671,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     });
     bool cancel_now;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       backoff_armed_ = true;
       cancel_now = cancelled_;
     }
@@ -705,7 +706,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     std::vector<InterceptorBatchMethods*> ready;
     bool start = false;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       if (done_ || !refreshing_) return;
       refreshing_ = false;
       const bool timed_out =
@@ -760,7 +761,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     grpc::Alarm* alarm = nullptr;
     bool end_refresh = false;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       if (done_) return;
       // The refresher cannot be stopped; the call ends without it.
       end_refresh = refreshing_;
@@ -931,7 +932,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   const Setup setup_;
   const uint64_t call_id_;
 
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   RetryController controller_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -1001,7 +1002,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<CallState> call;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       cancelled_ = true;
       call = call_;
     }
@@ -1173,7 +1174,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     auto call = std::make_shared<CallState>(shared_, method, std::move(setup));
     bool cancelled;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       call_ = call;
       cancelled = cancelled_;
     }
@@ -1205,7 +1206,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   CallState* call_for_batches_ = nullptr;
 
   // A cancel may come on any thread, before or during the first batch.
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<CallState> call_ ABSL_GUARDED_BY(mu_);
 };
