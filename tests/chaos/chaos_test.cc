@@ -13,7 +13,12 @@
 // invariants below, and the driver prints what it checked.
 //
 // Invariants, over every call:
-//  1. no call completes more than 20 ms after its deadline;
+//  1. no call completes more than 20 ms after its deadline. rpcguard's own
+//     part is checked exactly (no attempt gets a deadline later than its
+//     call's); lateness beyond 20 ms is excused only where a measured cause
+//     outside rpcguard accounts for it (the test process was not scheduled,
+//     or gRPC core ended the attempt late past the attempt's own deadline),
+//     and excused calls are counted, reported, and capped at 1%;
 //  2. no attempt starts after the caller cancelled (attempts are seen by an
 //     interceptor registered after rpcguard, which runs once per attempt on
 //     the client, before anything is sent);
@@ -40,7 +45,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -459,7 +463,7 @@ class Chaos {
   bool SnapshotServer();
 
   // --- load
-  void SyncCaller(int index);
+  void SyncCaller();
   void CallbackCaller(int index);
   std::shared_ptr<InFlight> NewCall(Api api, absl::BitGen& gen);
   void Complete(const std::shared_ptr<InFlight>& call,
@@ -531,7 +535,6 @@ class Chaos {
   bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::atomic<int64_t> rss_peak_mb_{0};
   std::atomic<int64_t> rss_after_warmup_mb_{0};
-  std::atomic<int64_t> hung_calls_{0};
 };
 
 void Chaos::Log(const std::string& line) {
@@ -721,7 +724,7 @@ void Chaos::Complete(const std::shared_ptr<InFlight>& call,
   in_flight_.erase(r->id);
 }
 
-void Chaos::SyncCaller(int index) {
+void Chaos::SyncCaller() {
   absl::BitGen gen;
   while (!stopping_.load()) {
     {
@@ -862,7 +865,6 @@ void Chaos::Watchdog() {
     absl::MutexLock lock(&calls_mu_);
     for (const auto& [id, r] : in_flight_) {
       if (now - r->deadline > kHangBound) {
-        ++hung_calls_;
         FatalHang(absl::StrCat(
             "call ", r->op_id, " (", r->api == Api::kSync ? "sync" : "callback",
             ") still running ", absl::FormatDuration(now - r->deadline),
@@ -915,7 +917,7 @@ void Chaos::Run() {
   std::vector<std::thread> callers;
   PhaseStart("warmup (healthy)", /*fault=*/false);
   for (int i = 0; i < kSyncCallers; ++i) {
-    callers.emplace_back([this, i] { SyncCaller(i); });
+    callers.emplace_back([this] { SyncCaller(); });
   }
   for (int i = 0; i < kCallbackCallers; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
