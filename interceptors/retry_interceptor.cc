@@ -361,6 +361,19 @@ std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
              absl::ToChronoNanoseconds(std::max(left, absl::ZeroDuration())));
 }
 
+// `t` as a gRPC deadline, never later than the caller's own `caller`
+// deadline. Converting the caller's deadline to rpcguard's clock and back
+// (CallerDeadline, ToSystemTime) reads two clocks one after the other; a
+// thread preempted between the reads shifts the result later by as long as
+// it was preempted, which must not let an attempt outlive its caller.
+gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock,
+                               gpr_timespec caller) {
+  gpr_timespec converted;
+  grpc::Timepoint2Timespec(ToSystemTime(t, clock), &converted);
+  caller = gpr_convert_clock_type(caller, GPR_CLOCK_REALTIME);
+  return gpr_time_cmp(converted, caller) <= 0 ? converted : caller;
+}
+
 absl::Time CallerDeadline(grpc::ClientContext* context, Clock* clock) {
   const gpr_timespec raw = context->raw_deadline();
   if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) == 0) {
@@ -394,6 +407,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     std::shared_ptr<grpc::CallCredentials> credentials;
     grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
     absl::Time deadline = absl::InfiniteFuture();
+    // The same, exactly as the caller set it: attempts never outlive it.
+    gpr_timespec raw_deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
     bool may_repeat = false;
   };
 
@@ -505,7 +520,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
     grpc::ClientContext& ctx = attempt->context;
     if (attempt->deadline != absl::InfiniteFuture()) {
-      ctx.set_deadline(ToSystemTime(attempt->deadline, shared_->clock()));
+      ctx.set_deadline(NoLaterThanCaller(attempt->deadline, shared_->clock(),
+                                         setup_.raw_deadline));
     }
     std::optional<RefreshedCredentials> refreshed;
     {
@@ -683,12 +699,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void BeginRefresh(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
     std::weak_ptr<CallState> weak = weak_from_this();
     if (refresh_alarm_) {
-      refresh_alarm_->Set(ToSystemTime(deadline, shared_->clock()),
-                          [weak](bool fired) {
-                            if (!fired) return;
-                            if (auto self = weak.lock())
-                              self->EndRefresh(absl::DeadlineExceededError(""));
-                          });
+      refresh_alarm_->Set(
+          NoLaterThanCaller(deadline, shared_->clock(), setup_.raw_deadline),
+          [weak](bool fired) {
+            if (!fired) return;
+            if (auto self = weak.lock())
+              self->EndRefresh(absl::DeadlineExceededError(""));
+          });
     }
     // Held weakly: a refresher that answers after the call ended finds
     // nothing to do.
@@ -1166,6 +1183,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
     setup.deadline = CallerDeadline(app, shared_->clock());
+    setup.raw_deadline = app->raw_deadline();
     setup.may_repeat = may_repeat;
     setup.idempotency_key = keys > 0 ? key : NewUuidV4(*shared_->random());
     md->erase(kIdempotencyKeyHeader);

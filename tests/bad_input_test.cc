@@ -465,6 +465,51 @@ TEST_F(BadInputTest, DeadlineBeyondSystemClockRangeWorks) {
   }
 }
 
+// A Clock whose first reading comes `late` after the real time, as when the
+// thread reading it was preempted between two clock reads; real afterwards.
+class OnceLateClock final : public Clock {
+ public:
+  explicit OnceLateClock(absl::Duration late) : late_(late) {}
+  absl::Time Now() override {
+    return absl::Now() +
+           (first_.exchange(false) ? late_ : absl::ZeroDuration());
+  }
+
+ private:
+  const absl::Duration late_;
+  std::atomic<bool> first_{true};
+};
+
+// Regression: rpcguard converted the caller's deadline to its own clock and
+// back (CallerDeadline, ToSystemTime) by reading two clocks one after the
+// other; a thread preempted between the two reads moved the attempt's
+// deadline later by as long as it was preempted (seen by the chaos test:
+// attempts 1-2 ms past their call's deadline under load, and stalls of 60 ms
+// happen on a busy machine). An attempt must never outlive the caller's own
+// deadline, whatever the clocks do.
+TEST_F(BadInputTest, AttemptNeverOutlivesTheCallersDeadline) {
+  for (Api api : {Api::kSync, Api::kCallback}) {
+    OnceLateClock clock(absl::Milliseconds(60));
+    Options options = MakeOptions();
+    options.clock = &clock;
+    auto channel = CreateChannel(server_.address(),
+                                 grpc::InsecureChannelCredentials(), options);
+    ASSERT_TRUE(channel.ok());
+    auto stub = FaultService::NewStub(*channel);
+    FaultRequest req;
+    req.set_op_id(Op("late-clock"));
+    req.set_delay_ms(1000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(150);
+    ctx.set_deadline(deadline);
+    grpc::Status s = CallFault(stub.get(), api, false, &ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_LE(absl::Now() - absl::FromChrono(deadline), absl::Milliseconds(20));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Cancelled contexts.
 

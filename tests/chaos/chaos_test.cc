@@ -13,7 +13,12 @@
 // invariants below, and the driver prints what it checked.
 //
 // Invariants, over every call:
-//  1. no call completes more than 20 ms after its deadline;
+//  1. no call completes more than 20 ms after its deadline. rpcguard's own
+//     part is checked exactly (no attempt gets a deadline later than its
+//     call's); lateness beyond 20 ms is excused only where a measured cause
+//     outside rpcguard accounts for it (the test process was not scheduled,
+//     or gRPC core ended the attempt late past the attempt's own deadline),
+//     and excused calls are counted, reported, and capped at 1%;
 //  2. no attempt starts after the caller cancelled (attempts are seen by an
 //     interceptor registered after rpcguard, which runs once per attempt on
 //     the client, before anything is sent);
@@ -29,13 +34,17 @@
 // A restarted server has lost its counters, so the server's per-op stats
 // are fetched just before every kill and kept per server life.
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -106,13 +115,21 @@ constexpr double kMaxExcusedLateShare = 0.01;
 constexpr absl::Duration kRecoveryBound = absl::Milliseconds(2500);
 // A call still running this long after its deadline has hung.
 constexpr absl::Duration kHangBound = absl::Seconds(2);
+// VmRSS: an absolute bound, and a bound on its growth after the warmup of a
+// base plus so much per call: the driver keeps a record of every call and
+// attempt (about 1.4 KB per call here), which is most of the growth.
+// Calibrated by leaking every CallState on purpose (about 2 KB per hijacked
+// call): that grew VmRSS by 91 MB over 29,000 calls, normal runs by 35-40.
 #ifdef RPCGUARD_CHAOS_ASAN
-// ASan keeps freed memory in quarantine (256 MB by default) and shadows all.
+// ASan keeps freed memory in quarantine (256 MB by default) and shadows all;
+// LeakSanitizer checks for lost memory at exit instead.
 constexpr int64_t kRssBoundMb = 1536;
-constexpr int64_t kRssGrowthBoundMb = 512;
+constexpr int64_t kRssGrowthBaseMb = 384;
+constexpr int64_t kRssGrowthPerCallBytes = 4096;
 #else
-constexpr int64_t kRssBoundMb = 512;
-constexpr int64_t kRssGrowthBoundMb = 128;
+constexpr int64_t kRssBoundMb = 256;
+constexpr int64_t kRssGrowthBaseMb = 32;
+constexpr int64_t kRssGrowthPerCallBytes = 1536;
 #endif
 // Caps the load whatever the machine's speed, so memory stays bounded.
 constexpr int64_t kMaxCalls = 80000;
@@ -397,6 +414,21 @@ struct Phase {
   absl::Time start;
 };
 
+// Whether a TCP connect to 127.0.0.1:`port` is refused (ECONNREFUSED).
+bool RefusesConnections(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool refused =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
+      errno == ECONNREFUSED;
+  close(fd);
+  return refused;
+}
+
 int64_t VmRssMb() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -433,7 +465,7 @@ class Chaos {
   bool SnapshotServer();
 
   // --- load
-  void SyncCaller(int index);
+  void SyncCaller();
   void CallbackCaller(int index);
   std::shared_ptr<InFlight> NewCall(Api api, absl::BitGen& gen);
   void Complete(const std::shared_ptr<InFlight>& call,
@@ -458,6 +490,8 @@ class Chaos {
   std::vector<Phase> phases_;
   std::vector<Heal> heals_;
   int kills_ = 0;
+  int down_probes_ = 0;
+  int down_probes_accepted_ = 0;
   absl::Duration down_total_;
   absl::Duration hang_total_;
   absl::Duration slow_total_;
@@ -503,7 +537,6 @@ class Chaos {
   bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::atomic<int64_t> rss_peak_mb_{0};
   std::atomic<int64_t> rss_after_warmup_mb_{0};
-  std::atomic<int64_t> hung_calls_{0};
 };
 
 void Chaos::Log(const std::string& line) {
@@ -590,7 +623,13 @@ void Chaos::KillServer(const std::string& why, absl::Duration down) {
                          absl::FormatDuration(down))
           : ""));
   if (down > absl::ZeroDuration()) {
-    Sleep(down);
+    // Probe the port while it is down: it must refuse (nothing listens).
+    const absl::Time up_at = killed + down;
+    while (absl::Now() < up_at) {
+      ++down_probes_;
+      if (!RefusesConnections(server_.port())) ++down_probes_accepted_;
+      Sleep(std::min(absl::Milliseconds(200), up_at - absl::Now()));
+    }
     down_total_ += absl::Now() - killed;
   }
   StartServer(server_.port());
@@ -687,7 +726,7 @@ void Chaos::Complete(const std::shared_ptr<InFlight>& call,
   in_flight_.erase(r->id);
 }
 
-void Chaos::SyncCaller(int index) {
+void Chaos::SyncCaller() {
   absl::BitGen gen;
   while (!stopping_.load()) {
     {
@@ -828,7 +867,6 @@ void Chaos::Watchdog() {
     absl::MutexLock lock(&calls_mu_);
     for (const auto& [id, r] : in_flight_) {
       if (now - r->deadline > kHangBound) {
-        ++hung_calls_;
         FatalHang(absl::StrCat(
             "call ", r->op_id, " (", r->api == Api::kSync ? "sync" : "callback",
             ") still running ", absl::FormatDuration(now - r->deadline),
@@ -881,7 +919,7 @@ void Chaos::Run() {
   std::vector<std::thread> callers;
   PhaseStart("warmup (healthy)", /*fault=*/false);
   for (int i = 0; i < kSyncCallers; ++i) {
-    callers.emplace_back([this, i] { SyncCaller(i); });
+    callers.emplace_back([this] { SyncCaller(); });
   }
   for (int i = 0; i < kCallbackCallers; ++i) {
     lanes_.push_back(std::make_unique<Lane>());
@@ -996,6 +1034,7 @@ int64_t Chaos::CheckAndReport() {
   Check trailer{"attempts trailer = attempts seen"};
   Check memory{"memory bound"};
   Check recovery{"recovery after heal"};
+  Check down{"port refuses while down"};
 
   std::map<grpc::StatusCode, int64_t> outcomes;
   int64_t by_api[2] = {0, 0};
@@ -1110,7 +1149,10 @@ int64_t Chaos::CheckAndReport() {
         const absl::Time backoff_end =
             numbered && number > 1 ? retries_.BackoffEnd(a.key, number - 1)
                                    : absl::InfinitePast();
-        if (after > kCancelRaceSlack) {
+        // A legitimate race started late only when the process stalled.
+        if (after > kCancelRaceSlack &&
+            after - kCancelRaceSlack >
+                stalls_.StalledWithin(r.cancelled_at, a.start)) {
           cancel.Fail(absl::StrCat(r.op_id, " attempt ", a.number, " started ",
                                    absl::FormatDuration(after),
                                    " after the cancel"));
@@ -1212,14 +1254,25 @@ int64_t Chaos::CheckAndReport() {
                            " late calls excused: too many to trust the run"));
   }
 
+  // The "down" fault must really be one.
+  if (down_probes_ == 0 || down_probes_accepted_ > 0) {
+    down.Fail(absl::StrCat(down_probes_accepted_, " of ", down_probes_,
+                           " connects to the killed server's port were not "
+                           "refused"));
+  }
+
   // 5. Memory.
   const int64_t rss_peak = rss_peak_mb_.load();
   const int64_t rss_growth = rss_peak - rss_after_warmup_mb_.load();
   if (rss_peak > kRssBoundMb) {
     memory.Fail(absl::StrCat("VmRSS peaked at ", rss_peak, " MB"));
   }
-  if (rss_growth > kRssGrowthBoundMb) {
-    memory.Fail(absl::StrCat("VmRSS grew ", rss_growth, " MB after warmup"));
+  const int64_t growth_bound_mb =
+      kRssGrowthBaseMb +
+      static_cast<int64_t>(calls_.size()) * kRssGrowthPerCallBytes / (1 << 20);
+  if (rss_growth > growth_bound_mb) {
+    memory.Fail(absl::StrCat("VmRSS grew ", rss_growth,
+                             " MB after warmup, bound ", growth_bound_mb));
   }
 
   // 6. Recovery: the first call started after the heal that succeeded.
@@ -1273,10 +1326,11 @@ int64_t Chaos::CheckAndReport() {
   out += "\n";
   absl::StrAppendFormat(
       &out,
-      "  faults injected  %d kills (SIGKILL), %.1f s down, %.1f s hung, "
-      "%.1f s slow, %.1f s lossy; %d attempts failed by the server on "
-      "purpose, %d by the transport (refused/reset)\n",
+      "  faults injected  %d kills (SIGKILL), %.1f s down (%d/%d connects "
+      "refused), %.1f s hung, %.1f s slow, %.1f s lossy; %d attempts failed "
+      "by the server on purpose, %d by the transport (refused/reset)\n",
       kills_, absl::ToDoubleSeconds(down_total_),
+      down_probes_ - down_probes_accepted_, down_probes_,
       absl::ToDoubleSeconds(hang_total_), absl::ToDoubleSeconds(slow_total_),
       absl::ToDoubleSeconds(lossy_total_), attempts_.injected(),
       attempts_.transport_failures());
@@ -1311,7 +1365,7 @@ int64_t Chaos::CheckAndReport() {
       &out,
       "  memory           VmRSS peak %d MB (bound %d), growth after warmup %d "
       "MB (bound %d)\n",
-      rss_peak, kRssBoundMb, rss_growth, kRssGrowthBoundMb);
+      rss_peak, kRssBoundMb, rss_growth, growth_bound_mb);
   absl::StrAppendFormat(
       &out,
       "  machine          %d stalls of the test process >= %s (longest %s; "
@@ -1350,11 +1404,12 @@ int64_t Chaos::CheckAndReport() {
   trailer.detail = "rpcguard-attempts vs the attempt log";
   memory.detail = absl::StrCat("peak ", rss_peak, " MB");
   recovery.detail = absl::StrCat(heals_.size(), " heals");
+  down.detail = absl::StrCat(down_probes_, " TCP connects while down");
   int64_t violations = 0;
   attempt_deadline.detail =
       absl::StrCat(attempts_.total(), " attempts (rpcguard's own part)");
   for (Check* c : {&attempt_deadline, &late, &cancel, &create, &charge,
-                   &complete, &trailer, &memory, &recovery}) {
+                   &complete, &trailer, &memory, &recovery, &down}) {
     absl::StrAppendFormat(&out, "    %-34s %-52s violations: %d\n", c->name,
                           c->detail, c->violations);
     for (const std::string& e : c->examples) {
