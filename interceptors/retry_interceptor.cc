@@ -387,7 +387,13 @@ absl::Time CallerDeadline(grpc::ClientContext* context, Clock* clock) {
 
 // One attempt: its own context and response buffer.
 struct Attempt {
-  grpc::ClientContext context;
+  // Shared so that a deferred cancel can hold it while the attempt ends; let
+  // go (ReleaseContext) before the application's call is finished, because
+  // it holds a reference to the application's channel: destroyed last, on a
+  // gRPC callback thread, the channel can take gRPC's callback thread pool
+  // down from one of its own threads (gRPC 1.51 then aborts).
+  std::shared_ptr<grpc::ClientContext> context =
+      std::make_shared<grpc::ClientContext>();
   grpc::ByteBuffer response;
   absl::Time deadline;
   // The breaker's admission of this attempt (none without a breaker).
@@ -518,7 +524,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
       return;
     }
 
-    grpc::ClientContext& ctx = attempt->context;
+    // Held here too: the attempt may end, and release its context, before
+    // this function is done with it.
+    const std::shared_ptr<grpc::ClientContext> context = attempt->context;
+    grpc::ClientContext& ctx = *context;
     if (attempt->deadline != absl::InfiniteFuture()) {
       ctx.set_deadline(NoLaterThanCaller(attempt->deadline, shared_->clock(),
                                          setup_.raw_deadline));
@@ -570,7 +579,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void OnAttemptDone(const std::shared_ptr<Attempt>& attempt,
                      grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
     Pushback pushback;
-    const auto& trailers = attempt->context.GetServerTrailingMetadata();
+    const auto& trailers = attempt->context->GetServerTrailingMetadata();
     auto it = trailers.find(kPushbackTrailer);
     if (it != trailers.end() && !status.ok()) {
       pushback = ParsePushback(
@@ -774,7 +783,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // The deferred half of Cancel(): stops whatever is running. Its completion
   // (CANCELLED attempt, or cancelled alarm) then ends the call.
   void DoCancel() ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<Attempt> attempt;
+    std::shared_ptr<grpc::ClientContext> attempt;
     grpc::Alarm* alarm = nullptr;
     bool end_refresh = false;
     {
@@ -782,7 +791,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
       if (done_) return;
       // The refresher cannot be stopped; the call ends without it.
       end_refresh = refreshing_;
-      if (attempt_ != nullptr && attempt_started_) attempt = attempt_;
+      if (attempt_ != nullptr && attempt_started_) {
+        attempt = attempt_->context;
+      }
       if (attempt_ == nullptr && backoff_alarm_ && backoff_armed_) {
         alarm = backoff_alarm_.get();
       }
@@ -791,7 +802,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       EndRefresh(absl::CancelledError());
       return;
     }
-    if (attempt) attempt->context.TryCancel();
+    if (attempt) attempt->TryCancel();
     // The alarm's callback calls StartAttempt, which ends the call as
     // cancelled without starting an attempt.
     if (alarm) alarm->Cancel();
@@ -830,16 +841,20 @@ class CallState : public std::enable_shared_from_this<CallState> {
     attempts_text_ = absl::StrCat(attempts);
     if (last != nullptr) {
       response_ = last->response;
-      for (const auto& kv : last->context.GetServerInitialMetadata()) {
+      for (const auto& kv : last->context->GetServerInitialMetadata()) {
         initial_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
       }
-      for (const auto& kv : last->context.GetServerTrailingMetadata()) {
+      for (const auto& kv : last->context->GetServerTrailingMetadata()) {
         trailing_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
       }
+      // Everything needed is copied: let the attempt's context (and its
+      // channel reference) go now, while the application's call still holds
+      // the channel (see Attempt::context).
+      last->context.reset();
     }
     std::vector<InterceptorBatchMethods*> ready;
     ready.swap(parked_);
