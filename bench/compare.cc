@@ -404,6 +404,7 @@ struct Cell {
   double calls_per_s = 0;
   double cpu_us_per_call = 0;
   double rss_growth_kib = 0;
+  double context_switches_per_call = 0;  // pooled
 
   void Aggregate() {
     std::vector<double> rates, cpu, rss;
@@ -415,6 +416,7 @@ struct Cell {
       pooled.late += l.late;
       pooled.wall += l.wall;
       pooled.cpu_seconds += l.cpu_seconds;
+      pooled.context_switches += l.context_switches;
       for (int c = 0; c < 17; ++c) pooled.codes[c] += l.codes[c];
       pooled.latency_ns.insert(pooled.latency_ns.end(), l.latency_ns.begin(),
                                l.latency_ns.end());
@@ -433,6 +435,10 @@ struct Cell {
     calls_per_s = Median(rates);
     cpu_us_per_call = Median(cpu);
     rss_growth_kib = Median(rss);
+    context_switches_per_call =
+        pooled.calls > 0
+            ? static_cast<double>(pooled.context_switches) / pooled.calls
+            : 0;
   }
 
   double success() const {
@@ -545,6 +551,8 @@ std::string CellJson(const Cell& c) {
       ", \"calls_per_s\": ", JsonNumber(c.calls_per_s),
       ", \"cpu_us_per_call\": ", JsonNumber(c.cpu_us_per_call),
       ", \"cpu_us_per_call_rounds\": [", absl::StrJoin(cpu_rounds, ", "), "]",
+      ", \"context_switches_per_call\": ",
+      JsonNumber(c.context_switches_per_call),
       ", \"p50_ms\": ", JsonNumber(c.pooled.LatencyMs(0.5)),
       ", \"p99_ms\": ", JsonNumber(c.pooled.LatencyMs(0.99)),
       ", \"p999_ms\": ", JsonNumber(c.pooled.LatencyMs(0.999)),
@@ -714,6 +722,7 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
     StubKind stub;
     ClientKind client;
     std::vector<double> cpu_us;  // per round
+    int64_t context_switches = 0;
     int64_t calls = 0;
     int64_t ok = 0;
     double median = 0;
@@ -761,6 +770,7 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
         Row& row = rows[first + i];
         row.cpu_us.push_back(r.cpu_seconds * 1e6 /
                              std::max<int64_t>(1, r.calls));
+        row.context_switches += r.context_switches;
         row.calls += r.calls;
         row.ok += r.ok;
       }
@@ -770,31 +780,50 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
     }
   }
 
-  auto median_of = [&](StubKind stub, ClientKind client) -> double {
+  auto find = [&](StubKind stub, ClientKind client) -> const Row* {
     for (const Row& r : rows) {
-      if (r.stub == stub && r.client == client) return r.median;
+      if (r.stub == stub && r.client == client) return &r;
     }
-    return 0;
+    return nullptr;
+  };
+  auto median_of = [&](StubKind stub, ClientKind client) -> double {
+    const Row* r = find(stub, client);
+    return r != nullptr ? r->median : 0;
+  };
+  // The median over rounds of a / b measured in the same round: robust to
+  // the machine's load drifting between rounds.
+  auto paired = [&](StubKind stub, ClientKind a, ClientKind b) -> double {
+    const Row* ra = find(stub, a);
+    const Row* rb = find(stub, b);
+    if (ra == nullptr || rb == nullptr) return 0;
+    std::vector<double> ratios;
+    for (size_t i = 0; i < ra->cpu_us.size() && i < rb->cpu_us.size(); ++i) {
+      if (rb->cpu_us[i] > 0) ratios.push_back(ra->cpu_us[i] / rb->cpu_us[i]);
+    }
+    return Median(ratios);
   };
   std::printf("\n%s\n\n", MachineLine(machine).c_str());
   std::printf(
       "No-failure path, 1 caller, client CPU per call (getrusage), %lld "
-      "calls, median of %d rounds; server in its own process.\n\n",
+      "calls, median of %d rounds; server in its own process. cs/call: the "
+      "client process's context switches per call.\n\n",
       static_cast<long long>(calls), rounds);
   std::printf(
       "| stub | client | CPU µs/call | min | max | vs plain | vs "
-      "pass-through | ok |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+      "pass-through | cs/call | ok |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const double plain = median_of(r.stub, ClientKind::kPlain);
     const double pass = median_of(r.stub, ClientKind::kPassThrough);
     std::printf(
-        "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %lld/%lld |\n",
+        "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.2f | %lld/%lld |\n",
         std::string(StubName(r.stub)).c_str(),
         std::string(ClientName(r.client)).c_str(), r.median,
         *std::min_element(r.cpu_us.begin(), r.cpu_us.end()),
         *std::max_element(r.cpu_us.begin(), r.cpu_us.end()),
         plain > 0 ? absl::StrFormat("%.2fx", r.median / plain).c_str() : "-",
         pass > 0 ? absl::StrFormat("%.2fx", r.median / pass).c_str() : "-",
+        r.calls > 0 ? static_cast<double>(r.context_switches) / r.calls : 0.0,
         static_cast<long long>(r.ok), static_cast<long long>(r.calls));
   }
   // The targets, when every client needed was measured.
@@ -808,17 +837,20 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
     const double ratio = sync_rg / sync_plain;
     std::printf(
         "sync: rpcguard / plain = %.2fx (target <= 1.25x: %s; goal 1.15x: "
-        "%s)\n",
+        "%s); median of per-round ratios %.2fx\n",
         ratio, ratio <= 1.25 ? "met" : "NOT met",
-        ratio <= 1.15 ? "met" : "not met");
+        ratio <= 1.15 ? "met" : "not met",
+        paired(StubKind::kSync, ClientKind::kRpcguard, ClientKind::kPlain));
   }
   if (cb_pass > 0 && cb_rg > 0) {
     const double ratio = cb_rg / cb_pass;
     std::printf(
         "callback: rpcguard / pass-through = %.2fx (target <= 1.10x: %s; "
-        "goal 1.00x: %s)\n",
+        "goal 1.00x: %s); median of per-round ratios %.2fx\n",
         ratio, ratio <= 1.10 ? "met" : "NOT met",
-        ratio <= 1.00 ? "met" : "not met");
+        ratio <= 1.00 ? "met" : "not met",
+        paired(StubKind::kCallback, ClientKind::kRpcguard,
+               ClientKind::kPassThrough));
   }
   std::fflush(stdout);
 
@@ -829,16 +861,20 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
       for (double v : r.cpu_us) rounds_json.push_back(JsonNumber(v));
       const double plain = median_of(r.stub, ClientKind::kPlain);
       const double pass = median_of(r.stub, ClientKind::kPassThrough);
-      parts.push_back(
-          absl::StrCat("{\"stub\": ", JsonString(StubName(r.stub)),
-                       ", \"client\": ", JsonString(ClientName(r.client)),
-                       ", \"cpu_us_per_call\": ", JsonNumber(r.median),
-                       ", \"cpu_us_per_call_rounds\": [",
-                       absl::StrJoin(rounds_json, ", "), "], \"vs_plain\": ",
-                       plain > 0 ? JsonNumber(r.median / plain) : "null",
-                       ", \"vs_pass_through\": ",
-                       pass > 0 ? JsonNumber(r.median / pass) : "null",
-                       ", \"calls\": ", r.calls, ", \"ok\": ", r.ok, "}"));
+      parts.push_back(absl::StrCat(
+          "{\"stub\": ", JsonString(StubName(r.stub)),
+          ", \"client\": ", JsonString(ClientName(r.client)),
+          ", \"cpu_us_per_call\": ", JsonNumber(r.median),
+          ", \"cpu_us_per_call_rounds\": [", absl::StrJoin(rounds_json, ", "),
+          "], \"vs_plain\": ",
+          plain > 0 ? JsonNumber(r.median / plain) : "null",
+          ", \"vs_pass_through\": ",
+          pass > 0 ? JsonNumber(r.median / pass) : "null",
+          ", \"context_switches_per_call\": ",
+          JsonNumber(r.calls > 0
+                         ? static_cast<double>(r.context_switches) / r.calls
+                         : 0),
+          ", \"calls\": ", r.calls, ", \"ok\": ", r.ok, "}"));
     }
     Plan plan = MakePlan(flags);
     const std::string json = absl::StrCat(

@@ -155,13 +155,16 @@ absl::string_view StubName(StubKind stub) {
   return stub == StubKind::kSync ? "sync" : "callback";
 }
 
-double ProcessCpuSeconds() {
+ProcessUsage GetProcessUsage() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& tv) {
     return static_cast<double>(tv.tv_sec) + tv.tv_usec * 1e-6;
   };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  ProcessUsage out;
+  out.cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  out.context_switches = usage.ru_nvcsw + usage.ru_nivcsw;
+  return out;
 }
 
 double LoadResult::LatencyMs(double q) const {
@@ -203,7 +206,7 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
 #ifdef RPCGUARD_BENCH_CALLGRIND
   CALLGRIND_ZERO_STATS;
 #endif
-  const double cpu_before = ProcessCpuSeconds();
+  const ProcessUsage before = GetProcessUsage();
   const absl::Time start = absl::Now();
   driver.SetStart(start);
   if (spec.stub == StubKind::kSync) {
@@ -214,7 +217,7 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
     finished.Wait();
   }
   const absl::Time end = absl::Now();
-  const double cpu_after = ProcessCpuSeconds();
+  const ProcessUsage after = GetProcessUsage();
 #ifdef RPCGUARD_BENCH_CALLGRIND
   CALLGRIND_DUMP_STATS_AT(spec.label.c_str());
 #endif
@@ -224,7 +227,8 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
 
   LoadResult result;
   result.wall = end - start;
-  result.cpu_seconds = cpu_after - cpu_before;
+  result.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  result.context_switches = after.context_switches - before.context_switches;
   result.rss_growth_kib = rss_after - rss_before;
   result.latency_ns.reserve(driver.completed());
   for (const Sample& s : driver.samples()) {

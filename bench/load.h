@@ -61,6 +61,9 @@ struct LoadResult {
   int64_t late = 0;        // of which ended > deadline + kLateSlack
   absl::Duration wall;     // from the first call's start to the last end
   double cpu_seconds = 0;  // user + system CPU of this process meanwhile
+  // Context switches of this process meanwhile (getrusage: voluntary, e.g.
+  // a thread waiting for another, plus involuntary).
+  int64_t context_switches = 0;
   int64_t rss_growth_kib = 0;
   // Calls per final status code (0..16).
   std::array<int64_t, 17> codes = {};
@@ -76,8 +79,12 @@ struct LoadResult {
 LoadResult RunLoad(rpcguard::testing::v1::FaultService::Stub& stub,
                    const LoadSpec& spec);
 
-// User + system CPU seconds this process has used.
-double ProcessCpuSeconds();
+// What this process has used so far (getrusage(RUSAGE_SELF): every thread).
+struct ProcessUsage {
+  double cpu_seconds = 0;  // user + system
+  int64_t context_switches = 0;
+};
+ProcessUsage GetProcessUsage();
 
 }  // namespace bench
 }  // namespace rpcguard
