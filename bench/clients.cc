@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "interceptors/rpcguard.h"
 
 namespace rpcguard {
@@ -140,6 +141,30 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
       return MakeRpcguardChannel(target, retry);
   }
   return absl::InvalidArgumentError("unknown client kind");
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> HoldCallbackThreads(
+    const std::string& target) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      target, grpc::InsecureChannelCredentials(), BaseArgs());
+  auto stub = rpcguard::testing::v1::FaultControl::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  rpcguard::testing::v1::StatsRequest req;
+  req.add_op_ids("-");
+  rpcguard::testing::v1::StatsReply reply;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Stats(&ctx, &req, &reply, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "FaultControl.Stats (callback): ", status.error_message()));
+  }
+  return channel;
 }
 
 ServerControl::ServerControl(const std::string& target)

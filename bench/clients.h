@@ -80,6 +80,21 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     const std::string& target, const RetrySettings& retry);
 
+// Returns a channel that has made one callback-API call; while it lives,
+// gRPC keeps its callback-API thread pool running. Why the benchmarks hold
+// one for their whole run: gRPC 1.51 starts that pool with the first channel
+// that makes a callback call and stops it when the last such channel is
+// destroyed. rpcguard's attempt keeps a reference to the application's
+// channel (in the attempt's ClientContext) that it drops on that pool's
+// thread after the application's call has ended; when that is the last
+// reference, the channel's destructor stops the pool from one of its own
+// threads and the process aborts ("grpc_cq_internal_unref: assertion failed:
+// prior > 0"; about 1 run in 12 of a benchmark that creates and destroys
+// rpcguard channels, never without rpcguard). Errors: Unavailable when the
+// call fails.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> HoldCallbackThreads(
+    const std::string& target);
+
 // Talks to the server's FaultControl service over a channel of its own.
 class ServerControl {
  public:

@@ -72,13 +72,16 @@ Flags:
                      rpcguard)
   --calls=N          calls per cell of a call-count scenario (default 3000;
                      300 with --quick), per round in --headline
-  --seconds=S        length of a time-bound cell (outage, slow)
+  --seconds=S        length of a time-bound cell (outage, slow; default 4,
+                     with --quick 1.5 for outage and 1 for slow)
   --rounds=N         rounds per cell (default 3, 1 with --quick; --headline:
                      7, 3 with --quick)
   --warmup=N         calls per cell before measuring, faults off
   --deadline_ms=D    every call's deadline (default 100)
   --soak_fail_percent=P  faults during --soak (default 10)
   --server=PATH      the fault server binary (default: from runfiles)
+  --callback_keepalive=0  do not hold gRPC's callback thread pool up for the
+                     whole run (reproduces an abort; see bench/clients.h)
   --help             this text
 )";
 
@@ -97,6 +100,7 @@ struct Flags {
   int deadline_ms = 100;
   int soak_fail_percent = 10;
   std::string server;
+  bool callback_keepalive = true;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -159,6 +163,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       if (!int_value(&flags->warmup, 0)) return bad();
     } else if (name == "--deadline_ms") {
       if (!int_value(&flags->deadline_ms, 1)) return bad();
+    } else if (name == "--callback_keepalive") {
+      int keep;
+      if (!int_value(&keep, 0) || keep > 1) return bad();
+      flags->callback_keepalive = keep == 1;
     } else if (name == "--soak_fail_percent") {
       if (!int_value(&flags->soak_fail_percent, 0) ||
           flags->soak_fail_percent > 100) {
@@ -1040,6 +1048,17 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "compare: fault server pid %d on %s\n",
                static_cast<int>((*server)->pid()),
                (*server)->address().c_str());
+  // Destroyed last, after every client channel (see clients.h).
+  std::shared_ptr<grpc::Channel> keep_callback_threads;
+  if (flags.callback_keepalive) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> keeper =
+        HoldCallbackThreads((*server)->address());
+    if (!keeper.ok()) {
+      std::fprintf(stderr, "compare: %s\n", keeper.status().ToString().c_str());
+      return 1;
+    }
+    keep_callback_threads = *std::move(keeper);
+  }
   const Machine machine = DescribeMachine();
   int rc;
   {
