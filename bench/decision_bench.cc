@@ -164,10 +164,12 @@ void BM_ControllerRetryDecision(benchmark::State& state) {
 }
 BENCHMARK(BM_ControllerRetryDecision);
 
-// The whole decision path of one failed attempt that is retried: policy
-// lookup, the server's hints (a pushback trailer, empty status details),
-// classification and backoff inside the controller.
-void BM_DecisionPathRetry(benchmark::State& state) {
+// The whole decision path of one failed attempt that is retried, in its
+// common form: policy lookup, the server's hints (no pushback trailer, empty
+// status details), classification and a backoff draw inside the controller.
+// `pushback` names a `grpc-retry-pushback-ms` value to parse instead (then
+// A6's exact delay replaces the backoff draw).
+void DecisionPathRetry(benchmark::State& state, const char* pushback_ms) {
   const char* method = MethodName();
   Clock* clock = Clock::Real();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
@@ -177,7 +179,8 @@ void BM_DecisionPathRetry(benchmark::State& state) {
     RetryController controller(resolved.policy, /*may_repeat=*/true, deadline,
                                clock);
     controller.StartAttempt();
-    Pushback pushback = ParsePushback("20");
+    Pushback pushback;
+    if (pushback_ms != nullptr) pushback = ParsePushback(pushback_ms);
     pushback.min_delay = ParseRetryInfo("");
     // TODO(lead): the circuit breaker (is the destination's breaker open?
     // record this failure) and the retry budget (may this retry spend a
@@ -191,7 +194,16 @@ void BM_DecisionPathRetry(benchmark::State& state) {
   state.counters["retried"] = benchmark::Counter(
       static_cast<double>(retries), benchmark::Counter::kAvgIterations);
 }
+
+void BM_DecisionPathRetry(benchmark::State& state) {
+  DecisionPathRetry(state, nullptr);
+}
 BENCHMARK(BM_DecisionPathRetry)->ThreadRange(1, 8);
+
+void BM_DecisionPathRetryWithPushback(benchmark::State& state) {
+  DecisionPathRetry(state, "20");
+}
+BENCHMARK(BM_DecisionPathRetryWithPushback);
 
 // The same path for a first attempt that succeeds (no hints to parse).
 void BM_DecisionPathSuccess(benchmark::State& state) {
