@@ -1,0 +1,117 @@
+// Copyright rpcguard authors.
+//
+// The four clients the benchmarks compare, each a channel to the same fault
+// server with the same retry parameters where it retries at all:
+//
+//   kPlain        a plain channel: the floor;
+//   kPassThrough  an interceptor that only calls Proceed: the floor for any
+//                 interceptor design;
+//   kGrpcRetry    gRPC's built-in retry: the parameters as a service-config
+//                 retryPolicy (plus retryThrottling when the scenario has a
+//                 budget), on a plain grpc::CreateCustomChannel;
+//   kRpcguard     rpcguard::CreateChannel with the same JSON as its Config,
+//                 default trace verbosity, traces written to /dev/null.
+//
+// Every channel has its own subchannel pool, so no two clients share a
+// connection.
+
+#ifndef RPCGUARD_BENCH_CLIENTS_H_
+#define RPCGUARD_BENCH_CLIENTS_H_
+
+#include <grpcpp/channel.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+
+namespace rpcguard {
+namespace bench {
+
+enum class ClientKind { kPlain, kPassThrough, kGrpcRetry, kRpcguard };
+
+inline constexpr ClientKind kAllClients[] = {
+    ClientKind::kPlain, ClientKind::kPassThrough, ClientKind::kGrpcRetry,
+    ClientKind::kRpcguard};
+
+// "plain", "pass-through", "grpc-retry", "rpcguard".
+absl::string_view ClientName(ClientKind kind);
+// Parses the names above.
+absl::StatusOr<ClientKind> ParseClientName(absl::string_view name);
+
+// The service and method every benchmark calls: Get, declared
+// NO_SIDE_EFFECTS in fault.proto, so rpcguard retries it without any
+// `rpcguard` block in its config.
+inline constexpr char kService[] = "rpcguard.testing.v1.FaultService";
+inline constexpr char kMethod[] = "Get";
+
+// Retry parameters shared by the built-in retry and rpcguard.
+struct RetrySettings {
+  int max_attempts = 4;  // at most 5: gRPC clamps higher values
+  absl::Duration initial_backoff = absl::Milliseconds(10);
+  absl::Duration max_backoff = absl::Milliseconds(100);
+  double backoff_multiplier = 2.0;
+  // gRFC A6 retryThrottling, when the scenario has a retry budget.
+  bool budget = false;
+  int max_tokens = 10;
+  double token_ratio = 0.1;
+};
+
+// The service config both retrying clients get, e.g.
+//   {"methodConfig": [{"name": [{"service": "rpcguard.testing.v1.FaultService",
+//                                "method": "Get"}],
+//                      "retryPolicy": {"maxAttempts": 4, ...}}],
+//    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}
+std::string ServiceConfigJson(const RetrySettings& retry);
+
+// A channel to `target` for `kind`. Errors: whatever rpcguard's Config or
+// CreateChannel reports.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
+    ClientKind kind, const std::string& target, const RetrySettings& retry);
+
+// The rpcguard client of the comparison; the one place where its Options are
+// set.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
+    const std::string& target, const RetrySettings& retry);
+
+// Returns a channel that has made one callback-API call; while it lives,
+// gRPC keeps its callback-API thread pool running. Why the benchmarks hold
+// one for their whole run: gRPC 1.51 starts that pool with the first channel
+// that makes a callback call and stops it when the last such channel is
+// destroyed. rpcguard's attempt keeps a reference to the application's
+// channel (in the attempt's ClientContext) that it drops on that pool's
+// thread after the application's call has ended; when that is the last
+// reference, the channel's destructor stops the pool from one of its own
+// threads and the process aborts ("grpc_cq_internal_unref: assertion failed:
+// prior > 0"; about 1 run in 12 of a benchmark that creates and destroys
+// rpcguard channels, never without rpcguard). Errors: Unavailable when the
+// call fails.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> HoldCallbackThreads(
+    const std::string& target);
+
+// Talks to the server's FaultControl service over a channel of its own.
+class ServerControl {
+ public:
+  explicit ServerControl(const std::string& target);
+
+  // Fails `fail_percent` of all attempts with UNAVAILABLE and answers every
+  // attempt `delay_ms` late, server-wide, until the next call.
+  absl::Status SetMode(int fail_percent, int delay_ms);
+
+  // Attempts the server has received in all.
+  absl::StatusOr<int64_t> TotalAttempts();
+
+ private:
+  std::unique_ptr<rpcguard::testing::v1::FaultControl::Stub> stub_;
+};
+
+}  // namespace bench
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_BENCH_CLIENTS_H_

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Smoke test of //bench:compare: every mode runs end to end on a tiny load,
+# starts and stops its server process, and writes well-formed JSON.
+set -euo pipefail
+
+compare="$TEST_SRCDIR/rpcguard/bench/compare"
+out="${TEST_TMPDIR:-/tmp}"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Every scenario with one caller, every client: 10 scenarios x 4 clients.
+"$compare" --only=/c1 --calls=20 --seconds=0.3 --rounds=1 --warmup=5 \
+  --json="$out/compare.json" >"$out/compare.md" 2>"$out/compare.err" ||
+  fail "compare exited $? ($(cat "$out/compare.err"))"
+rows=$(grep -c '^| .* | [0-9]* | ' "$out/compare.md" || true)
+[ "$rows" = 40 ] || fail "expected 40 table rows, got $rows"
+cells=$(grep -c '"scenario": ' "$out/compare.json" || true)
+[ "$cells" = 40 ] || fail "expected 40 JSON cells, got $cells"
+grep -q '"client": "rpcguard"' "$out/compare.json" || fail "no rpcguard cell"
+
+"$compare" --headline --calls=50 --rounds=2 --warmup=5 \
+  --json="$out/headline.json" >"$out/headline.md" 2>"$out/headline.err" ||
+  fail "--headline exited $? ($(cat "$out/headline.err"))"
+grep -q '^sync: rpcguard / plain = ' "$out/headline.md" || fail "no sync ratio"
+grep -q '^callback: rpcguard / pass-through = ' "$out/headline.md" ||
+  fail "no callback ratio"
+
+"$compare" --soak=400 --json="$out/soak.json" >"$out/soak.md" \
+  2>"$out/soak.err" || fail "--soak exited $? ($(cat "$out/soak.err"))"
+grep -q '^client RSS growth: ' "$out/soak.md" || fail "no soak result"
+
+# The server process is gone after every run.
+for f in compare headline soak; do
+  pid=$(sed -n 's/^compare: fault server pid \([0-9]*\) .*/\1/p' "$out/$f.err")
+  [ -n "$pid" ] || fail "$f: no server pid"
+  if kill -0 "$pid" 2>/dev/null; then fail "$f: server $pid still running"; fi
+done
+
+# A bad flag is an error, before any server starts.
+if "$compare" --bogus >/dev/null 2>&1; then fail "--bogus accepted"; fi
+echo PASS
