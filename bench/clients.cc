@@ -102,15 +102,20 @@ std::string ServiceConfigJson(const RetrySettings& retry) {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     const std::string& target, const RetrySettings& retry) {
-  // The same JSON the built-in client gets. rpcguard validates
-  // retryThrottling but does not act on it yet.
-  // TODO(lead): set the retry budget and circuit breaker options here (from
-  // `retry.budget`, `retry.max_tokens`, `retry.token_ratio`) once they exist;
-  // every benchmark builds its rpcguard client through this function.
+  // The same JSON the built-in client gets (retryThrottling included, which
+  // rpcguard honours as A6 says), plus rpcguard's own defaults: a circuit
+  // breaker and a retry budget per target. Every benchmark builds its
+  // rpcguard client through this function.
   absl::StatusOr<Config> config = Config::FromJson(ServiceConfigJson(retry));
   if (!config.ok()) return config.status();
   Options options;
   options.config = *std::move(config);
+  // A registry per client, so that one scenario's breaker state (an outage
+  // opens it) does not carry over into the next.
+  absl::StatusOr<std::shared_ptr<BreakerRegistry>> registry =
+      BreakerRegistry::Create({});
+  if (!registry.ok()) return registry.status();
+  options.breaker_registry = *std::move(registry);
   // Default verbosity (kRetries): traces are formatted and written as in
   // production, to a sink that discards them.
   options.trace_sink = std::make_shared<LogfmtSink>(DevNull());
