@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "interceptors/proto_options.h"
+#include "interceptors/utf8.h"
 
 namespace rpcguard {
 namespace {
@@ -205,24 +206,6 @@ class JsonParser {
     return true;
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
   bool ParseString(std::string* out) {
     ++pos_;  // '"'
     while (true) {
@@ -276,7 +259,7 @@ class JsonParser {
             }
             cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
           }
-          AppendUtf8(cp, out);
+          internal::AppendUtf8(cp, out);
           break;
         }
         default:

@@ -454,7 +454,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
     // Deferred: this runs inside ClientContext::TryCancel with its lock held.
     std::weak_ptr<CallState> weak = weak_from_this();
-    cancel_alarm_->Set(std::chrono::system_clock::now(), [weak](bool) {
+    // A deadline in the past: the alarm fires at once, on a gRPC thread.
+    cancel_alarm_->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC), [weak](bool) {
       if (auto self = weak.lock()) self->DoCancel();
     });
   }

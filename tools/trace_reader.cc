@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "interceptors/utf8.h"
 
 namespace rpcguard {
 namespace {
@@ -49,24 +50,6 @@ std::optional<uint32_t> Hex4(absl::string_view s, size_t i) {
     v = v * 16 + static_cast<uint32_t>(h);
   }
   return v;
-}
-
-void AppendUtf8(std::string* out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
 }
 
 // Reads a double-quoted string starting at s[*i] == '"', with the escapes
@@ -129,7 +112,7 @@ absl::Status ReadQuoted(absl::string_view s, size_t* i, bool strict,
         } else if (*cp >= 0xdc00 && *cp <= 0xdfff) {
           *cp = 0xfffd;
         }
-        AppendUtf8(out, *cp);
+        internal::AppendUtf8(*cp, out);
         break;
       }
       default:
