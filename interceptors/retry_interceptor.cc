@@ -46,10 +46,12 @@
 #include "interceptors/retry_interceptor.h"
 
 #include <grpcpp/alarm.h>
+#include <grpcpp/channel.h>
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/client_callback.h>
 
 #include <algorithm>
 #include <chrono>
@@ -59,6 +61,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -75,11 +78,22 @@ using grpc::experimental::InterceptionHookPoints;
 using grpc::experimental::InterceptorBatchMethods;
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
+// A call's parked batches: one or two for every unary API.
+using Batches = absl::InlinedVector<InterceptorBatchMethods *, 2>;
+
+// rpcguard's header names as std::string, built once: the metadata maps and
+// ClientContext::AddMetadata take std::string keys, and a key built from a
+// literal on every call allocates when it is longer than the small-string
+// buffer (16 characters and up).
+template <const char *kName> const std::string &HeaderString() {
+  static const std::string *const name = new std::string(kName);
+  return *name;
+}
 
 // The stderr logfmt sink that Options::trace_sink defaults to: one for the
 // process, so that transitions seen by several factories are written once.
 std::shared_ptr<TraceSink> DefaultSink() {
-  static const std::shared_ptr<TraceSink>* const sink =
+  static const std::shared_ptr<TraceSink> *const sink =
       new std::shared_ptr<TraceSink>(std::make_shared<LogfmtSink>());
   return *sink;
 }
@@ -88,17 +102,18 @@ std::shared_ptr<TraceSink> DefaultSink() {
 // Channels of several factories share breakers; each factory's listener
 // hears every transition, but a sink should write it once. Transitions are
 // rare, so a process-wide lock is fine here (never on the call path).
-bool FirstToSee(const TraceSink* sink, const Stats* stats,
-                const BreakerTransition& t) {
-  static absl::Mutex mu(absl::kConstInit);  // rare: transitions only
-  static auto* const last_seen =
+bool FirstToSee(const TraceSink *sink, const Stats *stats,
+                const BreakerTransition &t) {
+  static absl::Mutex mu(absl::kConstInit); // rare: transitions only
+  static auto *const last_seen =
       new absl::flat_hash_map<std::string, uint64_t>();
   const std::string key =
       absl::StrCat(reinterpret_cast<uintptr_t>(sink), "/",
                    reinterpret_cast<uintptr_t>(stats), "/", t.key);
   absl::MutexLock lock(&mu);
-  uint64_t& last = (*last_seen)[key];
-  if (t.sequence <= last) return false;
+  uint64_t &last = (*last_seen)[key];
+  if (t.sequence <= last)
+    return false;
   last = t.sequence;
   return true;
 }
@@ -110,7 +125,7 @@ struct MethodState {
   // be gone by the time the call ends.
   std::string name;
   ResolvedPolicy resolved;
-  Stats::MethodHandle* stats = nullptr;
+  Stats::MethodHandle *stats = nullptr;
   // The destination's breaker, budget and A6 throttle (null when disabled or
   // not configured), under `breaker_key`.
   std::string breaker_key;
@@ -121,6 +136,46 @@ struct MethodState {
   // with FAILED_PRECONDITION rather than run unguarded.
   absl::Status setup_error;
 
+  // How attempts name the method to gRPC. Registered on the channel whose
+  // call first resolved this method: a registered call reuses the method's
+  // path instead of building it per call, as generated stubs do. Calls
+  // through any other channel (one factory may serve several) go
+  // unregistered. `registered_on` proves that the channel is still the one
+  // registered, not a new channel at the same address.
+  std::optional<grpc::internal::RpcMethod> registered;
+  const grpc::ChannelInterface *registered_channel = nullptr;
+  std::weak_ptr<grpc::Channel> registered_on;
+  std::optional<grpc::internal::RpcMethod> unregistered;
+
+  // Names this method to gRPC; `channel` is the channel of the call.
+  void Register(grpc::ChannelInterface *channel,
+                InterceptorBatchMethods *first_batch) {
+    unregistered.emplace(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
+    // Interceptors run only on grpc::Channel; anything else stays
+    // unregistered.
+    auto *real = dynamic_cast<grpc::Channel *>(channel);
+    if (real == nullptr)
+      return;
+    registered_on = real->weak_from_this();
+    if (registered_on.expired())
+      return;
+    registered_channel = channel;
+    // The intercepted channel forwards the registration to the real one.
+    registered.emplace(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
+                       first_batch->GetInterceptedChannel());
+  }
+
+  // The RpcMethod for an attempt of a call on `channel`, which the call
+  // keeps alive.
+  const grpc::internal::RpcMethod &
+  For(const grpc::ChannelInterface *channel) const {
+    if (registered && channel == registered_channel &&
+        !registered_on.expired()) {
+      return *registered;
+    }
+    return *unregistered;
+  }
+
   // How an attempt's outcome counts for the breaker.
   static AttemptResult BreakerResult(StatusClass c, GiveUpReason reason,
                                      grpc::StatusCode code) {
@@ -128,7 +183,7 @@ struct MethodState {
         (c == StatusClass::kFatal &&
          (code == grpc::StatusCode::DEADLINE_EXCEEDED ||
           code == grpc::StatusCode::CANCELLED))) {
-      return AttemptResult::kIgnored;  // the caller ended it
+      return AttemptResult::kIgnored; // the caller ended it
     }
     return c == StatusClass::kRetriable ? AttemptResult::kFailure
                                         : AttemptResult::kSuccess;
@@ -136,7 +191,8 @@ struct MethodState {
 
   // Feeds the A6 throttle; false when it refuses a retry.
   bool FeedThrottle(StatusClass c, bool server_said_stop) const {
-    if (throttle == nullptr) return true;
+    if (throttle == nullptr)
+      return true;
     if (c == StatusClass::kOk) {
       throttle->RecordSuccess();
       return true;
@@ -150,7 +206,7 @@ struct MethodState {
 
 // What every interceptor of one factory shares.
 class Shared {
- public:
+public:
   explicit Shared(Options options)
       : config_(std::move(options.config)),
         clock_(options.clock != nullptr ? options.clock : Clock::Real()),
@@ -171,38 +227,45 @@ class Shared {
 
   // Starts logging the transitions of this factory's breakers. Called once,
   // right after construction (it needs a weak_ptr to this).
-  void Init(const std::shared_ptr<Shared>& self) {
+  void Init(const std::shared_ptr<Shared> &self) {
     if (destination_.empty()) {
       // No target to share with: a key of this factory's own.
       destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
     }
     std::weak_ptr<Shared> weak = self;
     listener_id_ =
-        registry_->AddTransitionListener([weak](const BreakerTransition& t) {
-          if (auto shared = weak.lock()) shared->OnTransition(t);
+        registry_->AddTransitionListener([weak](const BreakerTransition &t) {
+          if (auto shared = weak.lock())
+            shared->OnTransition(t);
         });
   }
 
-  Clock* clock() const { return clock_; }
-  Random* random() const { return random_; }
-  const CredentialRefresher& refresher() const { return refresher_; }
-  const GiveUpHook& give_up_hook() const { return give_up_hook_; }
+  Clock *clock() const { return clock_; }
+  Random *random() const { return random_; }
+  const CredentialRefresher &refresher() const { return refresher_; }
+  const GiveUpHook &give_up_hook() const { return give_up_hook_; }
 
   // The state of `method`, computed once per method: after the first call no
   // descriptor lookup or option parsing happens on the call path, only this
   // hash lookup. The reference lives as long as this object.
-  const MethodState& ForMethod(const char* method) const
+  // `channel` and `first_batch` belong to the call asking, and register the
+  // method on the first call's channel (MethodState::Register).
+  const MethodState &ForMethod(const char *method,
+                               grpc::ChannelInterface *channel,
+                               InterceptorBatchMethods *first_batch) const
       ABSL_LOCKS_EXCLUDED(mu_) {
     const absl::string_view key(method);
     {
       internal::MutexLock lock(&mu_);
       auto it = methods_.find(key);
-      if (it != methods_.end()) return *it->second;
+      if (it != methods_.end())
+        return *it->second;
     }
     auto state = std::make_unique<MethodState>();
     state->name = std::string(key);
     state->resolved = config_.Resolve(key);
     state->stats = stats_->ForMethod(key);
+    state->Register(channel, first_batch);
     AttachDestination(key, state.get());
     internal::MutexLock lock(&mu_);
     // Another call may have resolved it meanwhile; keep the first.
@@ -211,15 +274,15 @@ class Shared {
   }
 
   // Looks up the breaker, budget and throttle a method's calls share.
-  void AttachDestination(absl::string_view method, MethodState* state) const {
-    const DestinationConfig& dest = config_.destination();
+  void AttachDestination(absl::string_view method, MethodState *state) const {
+    const DestinationConfig &dest = config_.destination();
     state->breaker_key = destination_;
     if (dest.key_per_service) {
       absl::string_view path = method;
       absl::ConsumePrefix(&path, "/");
       absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
     }
-    const std::string& key = state->breaker_key;
+    const std::string &key = state->breaker_key;
     if (dest.breaker_enabled) {
       if (dest.breaker.has_value()) {
         auto b = registry_->Get(key, *dest.breaker);
@@ -256,9 +319,11 @@ class Shared {
 
   // A breaker of the registry changed state: trace it if it is one of ours,
   // once per sink and stats object however many factories share them.
-  void OnTransition(const BreakerTransition& t) const {
-    if (!absl::StartsWith(t.key, destination_)) return;
-    if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
+  void OnTransition(const BreakerTransition &t) const {
+    if (!absl::StartsWith(t.key, destination_))
+      return;
+    if (!FirstToSee(sink_.get(), stats_.get(), t))
+      return;
     TraceEvent e;
     e.kind = TraceEvent::Kind::kBreakerTransition;
     e.time = t.time;
@@ -268,14 +333,15 @@ class Shared {
     e.to_state = e.breaker_state;
     e.message = t.reason;
     stats_->Record(e);
-    if (ShouldTrace(verbosity_, e)) sink_->Write(e);
+    if (ShouldTrace(verbosity_, e))
+      sink_->Write(e);
   }
 
   // Counts `event`, and writes it to the trace when the verbosity asks;
   // `fill` adds the strings (method, key, message) only then, so that the
   // common untraced case copies none.
   template <typename Fill>
-  void Emit(const MethodState& method, TraceEvent& event, Fill fill) const {
+  void Emit(const MethodState &method, TraceEvent &event, Fill fill) const {
     stats_->Record(method.stats, event);
     if (ShouldTrace(verbosity_, event)) {
       fill(event);
@@ -283,17 +349,17 @@ class Shared {
     }
   }
 
- private:
+private:
   const Config config_;
-  Clock* const clock_;
-  Random* const random_;
+  Clock *const clock_;
+  Random *const random_;
   const CredentialRefresher refresher_;
   const std::shared_ptr<TraceSink> sink_;
   const TraceVerbosity verbosity_;
   const std::shared_ptr<Stats> stats_;
   const GiveUpHook give_up_hook_;
   const std::shared_ptr<BreakerRegistry> registry_;
-  std::string destination_;  // set before any call, then read-only
+  std::string destination_; // set before any call, then read-only
   BreakerRegistry::ListenerId listener_id_ = 0;
   mutable internal::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
@@ -308,19 +374,20 @@ class Shared {
 // buffer). Treating that as a MessageLite jumped through a null vtable.
 // A non-empty ByteBuffer cannot be told apart this way: such callers still
 // need MarkPassThrough.
-bool CertainlyNotAMessage(const void* object) {
-  const void* first_word;
+bool CertainlyNotAMessage(const void *object) {
+  const void *first_word;
   std::memcpy(&first_word, object, sizeof(first_word));
   return first_word == nullptr;
 }
 
 // The serialized bytes of a ByteBuffer (for the give-up hook).
-std::string Bytes(const grpc::ByteBuffer& buffer) {
+std::string Bytes(const grpc::ByteBuffer &buffer) {
   std::vector<grpc::Slice> slices;
   std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& slice : slices) {
-    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  if (!buffer.Dump(&slices).ok())
+    return out;
+  for (const grpc::Slice &slice : slices) {
+    out.append(reinterpret_cast<const char *>(slice.begin()), slice.size());
   }
   return out;
 }
@@ -328,16 +395,17 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
 // The give-up reason of a call tried once without hijacking.
 GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
   switch (c) {
-    case StatusClass::kOk:
-      return GiveUpReason::kNone;
-    case StatusClass::kRetriable:
-      return GiveUpReason::kNotIdempotent;
-    case StatusClass::kAuth:
-      return GiveUpReason::kAuth;
-    case StatusClass::kFatal:
-      break;
+  case StatusClass::kOk:
+    return GiveUpReason::kNone;
+  case StatusClass::kRetriable:
+    return GiveUpReason::kNotIdempotent;
+  case StatusClass::kAuth:
+    return GiveUpReason::kAuth;
+  case StatusClass::kFatal:
+    break;
   }
-  if (code == grpc::StatusCode::CANCELLED) return GiveUpReason::kCancelled;
+  if (code == grpc::StatusCode::CANCELLED)
+    return GiveUpReason::kCancelled;
   if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return GiveUpReason::kDeadline;
   }
@@ -346,7 +414,7 @@ GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
 
 // Converts between the injected clock's time and the real clock that gRPC
 // timers use, by the remaining duration.
-std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
+std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock *clock) {
   const absl::Duration left = t - clock->Now();
   const auto now = std::chrono::system_clock::now();
   // A caller's deadline may lie beyond system_clock's range (gRPC takes any
@@ -366,7 +434,7 @@ std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
 // (CallerDeadline, ToSystemTime) reads two clocks one after the other; a
 // thread preempted between the reads shifts the result later by as long as
 // it was preempted, which must not let an attempt outlive its caller.
-gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock,
+gpr_timespec NoLaterThanCaller(absl::Time t, Clock *clock,
                                gpr_timespec caller) {
   gpr_timespec converted;
   grpc::Timepoint2Timespec(ToSystemTime(t, clock), &converted);
@@ -374,7 +442,7 @@ gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock,
   return gpr_time_cmp(converted, caller) <= 0 ? converted : caller;
 }
 
-absl::Time CallerDeadline(grpc::ClientContext* context, Clock* clock) {
+absl::Time CallerDeadline(grpc::ClientContext *context, Clock *clock) {
   const gpr_timespec raw = context->raw_deadline();
   if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) == 0) {
     return absl::InfiniteFuture();
@@ -402,41 +470,44 @@ struct Attempt {
 
 // The state of one hijacked call. See the essay at the top of the file.
 class CallState : public std::enable_shared_from_this<CallState> {
- public:
+public:
   // Everything needed to replay the request, captured from the first batch.
+  // Filled in place (CallState::setup()) before Start: grpc::ByteBuffer
+  // has no move constructor, so moving a Setup would copy the request.
   struct Setup {
-    std::string method;
+    // The channel below rpcguard, and how attempts name the method on it.
     std::shared_ptr<grpc::ChannelInterface> channel;
+    const grpc::internal::RpcMethod *rpc_method = nullptr;
     grpc::ByteBuffer request;
-    Metadata metadata;  // the caller's, less rpcguard's own keys
+    Metadata metadata; // the caller's, less rpcguard's own keys
     std::string idempotency_key;
     std::shared_ptr<grpc::CallCredentials> credentials;
     grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
-    absl::Time deadline = absl::InfiniteFuture();
-    // The same, exactly as the caller set it: attempts never outlive it.
+    // The caller's deadline exactly as set: attempts never outlive it.
     gpr_timespec raw_deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
-    bool may_repeat = false;
   };
 
-  CallState(std::shared_ptr<const Shared> shared, const MethodState& method,
-            Setup setup)
-      : shared_(std::move(shared)),
-        method_(method),
-        policy_(method.resolved.policy),
-        setup_(std::move(setup)),
-        call_id_(shared_->random()->Next64()),
-        controller_(policy_, setup_.may_repeat, setup_.deadline,
-                    shared_->clock()) {
-    if (shared_->refresher()) controller_.EnableAuthRefresh();
+  // `deadline` is the caller's; `may_repeat` whether the call is safe to
+  // send again.
+  CallState(std::shared_ptr<const Shared> shared, const MethodState &method,
+            absl::Time deadline, bool may_repeat)
+      : shared_(std::move(shared)), method_(method),
+        policy_(method.resolved.policy), call_id_(shared_->random()->Next64()),
+        controller_(policy_, may_repeat, deadline, shared_->clock()) {
+    if (shared_->refresher())
+      controller_.EnableAuthRefresh();
   }
+
+  // What attempts replay; written only before Start() or FailBeforeStart().
+  Setup &setup() { return setup_; }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { StartAttempt(); }
 
   // Ends the call before any attempt, with `status`.
-  void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
+  void FailBeforeStart(const grpc::Status &status, GiveUpReason reason)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<InterceptorBatchMethods*> ready;
+    Batches ready;
     {
       internal::MutexLock lock(&mu_);
       ready = FinishLocked(status, reason, nullptr);
@@ -448,7 +519,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       internal::MutexLock lock(&mu_);
-      if (cancelled_ || done_) return;
+      if (cancelled_ || done_)
+        return;
       cancelled_ = true;
       cancel_alarm_ = std::make_unique<grpc::Alarm>();
     }
@@ -456,12 +528,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
     std::weak_ptr<CallState> weak = weak_from_this();
     // A deadline in the past: the alarm fires at once, on a gRPC thread.
     cancel_alarm_->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC), [weak](bool) {
-      if (auto self = weak.lock()) self->DoCancel();
+      if (auto self = weak.lock())
+        self->DoCancel();
     });
   }
 
   // A batch of the application's call that waits for the result.
-  void Park(InterceptorBatchMethods* batch) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Park(InterceptorBatchMethods *batch) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       internal::MutexLock lock(&mu_);
       if (!done_) {
@@ -472,19 +545,21 @@ class CallState : public std::enable_shared_from_this<CallState> {
     Serve({batch});
   }
 
- private:
+private:
   void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
     auto attempt = std::make_shared<Attempt>();
     // Asked before every attempt, retries included, and outside mu_: a
     // transition calls listeners on this thread.
-    if (method_.breaker) attempt->admission = method_.breaker->Admit();
+    if (method_.breaker)
+      attempt->admission = method_.breaker->Admit();
     const bool refused = attempt->admission && !attempt->admission->allowed();
     int number = 0;
     bool ended = false;
-    std::vector<InterceptorBatchMethods*> ready;
+    Batches ready;
     {
       internal::MutexLock lock(&mu_);
-      if (done_) return;
+      if (done_)
+        return;
       if (refused && !cancelled_) {
         ready = FinishLocked(
             grpc::Status(
@@ -514,6 +589,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
         }
         attempt_ = attempt;
         attempt_started_ = false;
+        in_flight_ = shared_from_this();
       }
     }
     if (ended) {
@@ -528,7 +604,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     // Held here too: the attempt may end, and release its context, before
     // this function is done with it.
     const std::shared_ptr<grpc::ClientContext> context = attempt->context;
-    grpc::ClientContext& ctx = *context;
+    grpc::ClientContext &ctx = *context;
     if (attempt->deadline != absl::InfiniteFuture()) {
       ctx.set_deadline(NoLaterThanCaller(attempt->deadline, shared_->clock(),
                                          setup_.raw_deadline));
@@ -546,25 +622,28 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (setup_.compression != GRPC_COMPRESS_NONE) {
       ctx.set_compression_algorithm(setup_.compression);
     }
-    if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
-    for (const auto& kv : setup_.metadata) {
-      if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
+    if (policy_.wait_for_ready)
+      ctx.set_wait_for_ready(*policy_.wait_for_ready);
+    for (const auto &kv : setup_.metadata) {
+      if (refreshed && Replaced(refreshed->metadata, kv.first))
+        continue;
       ctx.AddMetadata(kv.first, kv.second);
     }
     if (refreshed) {
-      for (const auto& kv : refreshed->metadata) {
+      for (const auto &kv : refreshed->metadata) {
         ctx.AddMetadata(kv.first, kv.second);
       }
     }
-    ctx.AddMetadata(kIdempotencyKeyHeader, setup_.idempotency_key);
-    ctx.AddMetadata(kAttemptHeader, absl::StrCat(number));
+    ctx.AddMetadata(HeaderString<kIdempotencyKeyHeader>(),
+                    setup_.idempotency_key);
+    ctx.AddMetadata(HeaderString<kAttemptHeader>(), absl::StrCat(number));
 
-    grpc::GenericStub stub(setup_.channel);
-    std::shared_ptr<CallState> self = shared_from_this();
-    stub.UnaryCall(&ctx, setup_.method, grpc::StubOptions(), &setup_.request,
-                   &attempt->response, [self, attempt](grpc::Status status) {
-                     self->OnAttemptDone(attempt, std::move(status));
-                   });
+    // The callback captures only `this`, which std::function stores without
+    // allocating; in_flight_ keeps this object alive until it runs.
+    grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        setup_.channel.get(), *setup_.rpc_method, &ctx, &setup_.request,
+        &attempt->response,
+        [this](grpc::Status status) { OnAttemptDone(std::move(status)); });
 
     bool cancel_now;
     {
@@ -574,13 +653,22 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
     // A cancel that came while the attempt was being started found it not
     // yet startable; cancel it now.
-    if (cancel_now) ctx.TryCancel();
+    if (cancel_now)
+      ctx.TryCancel();
   }
 
-  void OnAttemptDone(const std::shared_ptr<Attempt>& attempt,
-                     grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+  void OnAttemptDone(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    // Declared first, so destroyed last: this object may be otherwise
+    // unreferenced once the application's call has been finished below.
+    std::shared_ptr<CallState> self;
+    std::shared_ptr<Attempt> attempt;
+    {
+      internal::MutexLock lock(&mu_);
+      self = std::move(in_flight_);
+      attempt = attempt_;
+    }
     Pushback pushback;
-    const auto& trailers = attempt->context->GetServerTrailingMetadata();
+    const auto &trailers = attempt->context->GetServerTrailingMetadata();
     auto it = trailers.find(kPushbackTrailer);
     if (it != trailers.end() && !status.ok()) {
       pushback = ParsePushback(
@@ -589,7 +677,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (!status.ok())
       pushback.min_delay = ParseRetryInfo(status.error_details());
 
-    std::vector<InterceptorBatchMethods*> ready;
+    Batches ready;
     absl::Time backoff_until;
     bool retry = false;
     bool refresh = false;
@@ -620,7 +708,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     {
       internal::MutexLock lock(&mu_);
       attempt_.reset();
-      if (done_) return;
+      if (done_)
+        return;
       RandomBitGen gen(shared_->random());
       Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
                                             cancelled_, gen);
@@ -679,8 +768,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     event.call_id = call_id_;
     event.code = status.error_code();
     event.decision = TraceDecision::kRetry;
-    shared_->Emit(method_, event, [&](TraceEvent& e) {
-      e.method = setup_.method;
+    shared_->Emit(method_, event, [&](TraceEvent &e) {
+      e.method = method_.name;
       e.idempotency_key = setup_.idempotency_key;
       e.message = status.error_message();
       FillBreaker(e);
@@ -691,9 +780,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
 
     std::weak_ptr<CallState> weak = weak_from_this();
-    grpc::Alarm* alarm = backoff_alarm_.get();
+    grpc::Alarm *alarm = backoff_alarm_.get();
     alarm->Set(ToSystemTime(backoff_until, shared_->clock()), [weak](bool) {
-      if (auto self = weak.lock()) self->StartAttempt();
+      if (auto self = weak.lock())
+        self->StartAttempt();
     });
     bool cancel_now;
     {
@@ -702,7 +792,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
       cancel_now = cancelled_;
     }
     // A cancel during the backoff: end it now rather than when it expires.
-    if (cancel_now) alarm->Cancel();
+    if (cancel_now)
+      alarm->Cancel();
   }
 
   // Asks the refresher for credentials; the call's deadline still holds.
@@ -712,14 +803,15 @@ class CallState : public std::enable_shared_from_this<CallState> {
       refresh_alarm_->Set(
           NoLaterThanCaller(deadline, shared_->clock(), setup_.raw_deadline),
           [weak](bool fired) {
-            if (!fired) return;
+            if (!fired)
+              return;
             if (auto self = weak.lock())
               self->EndRefresh(absl::DeadlineExceededError(""));
           });
     }
     // Held weakly: a refresher that answers after the call ended finds
     // nothing to do.
-    shared_->refresher()(setup_.method,
+    shared_->refresher()(method_.name,
                          [weak](absl::StatusOr<RefreshedCredentials> result) {
                            if (auto self = weak.lock())
                              self->EndRefresh(std::move(result));
@@ -730,11 +822,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // (kDeadlineExceeded with an empty message, from the alarm) or a cancel.
   void EndRefresh(absl::StatusOr<RefreshedCredentials> result)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<InterceptorBatchMethods*> ready;
+    Batches ready;
     bool start = false;
     {
       internal::MutexLock lock(&mu_);
-      if (done_ || !refreshing_) return;
+      if (done_ || !refreshing_)
+        return;
       refreshing_ = false;
       const bool timed_out =
           result.status().code() == absl::StatusCode::kDeadlineExceeded &&
@@ -760,7 +853,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
       }
       last_attempt_.reset();
     }
-    if (refresh_alarm_) refresh_alarm_->Cancel();
+    if (refresh_alarm_)
+      refresh_alarm_->Cancel();
     if (start) {
       StartAttempt();
     } else {
@@ -768,15 +862,17 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
   }
 
-  void FillBreaker(TraceEvent& e) const {
-    if (method_.breaker == nullptr) return;
+  void FillBreaker(TraceEvent &e) const {
+    if (method_.breaker == nullptr)
+      return;
     e.breaker_key = method_.breaker_key;
     e.breaker_state = std::string(BreakerStateName(method_.breaker->state()));
   }
 
-  static bool Replaced(const Metadata& replacements, const std::string& key) {
-    for (const auto& kv : replacements) {
-      if (kv.first == key) return true;
+  static bool Replaced(const Metadata &replacements, const std::string &key) {
+    for (const auto &kv : replacements) {
+      if (kv.first == key)
+        return true;
     }
     return false;
   }
@@ -785,11 +881,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // (CANCELLED attempt, or cancelled alarm) then ends the call.
   void DoCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<grpc::ClientContext> attempt;
-    grpc::Alarm* alarm = nullptr;
+    grpc::Alarm *alarm = nullptr;
     bool end_refresh = false;
     {
       internal::MutexLock lock(&mu_);
-      if (done_) return;
+      if (done_)
+        return;
       // The refresher cannot be stopped; the call ends without it.
       end_refresh = refreshing_;
       if (attempt_ != nullptr && attempt_started_) {
@@ -803,20 +900,22 @@ class CallState : public std::enable_shared_from_this<CallState> {
       EndRefresh(absl::CancelledError());
       return;
     }
-    if (attempt) attempt->TryCancel();
+    if (attempt)
+      attempt->TryCancel();
     // The alarm's callback calls StartAttempt, which ends the call as
     // cancelled without starting an attempt.
-    if (alarm) alarm->Cancel();
+    if (alarm)
+      alarm->Cancel();
   }
 
   // Records the final outcome; returns the parked batches to serve.
   // `kind` and `status_class` describe the call's terminal trace event: the
   // attempt that ended it (kAttempt), or the attempt it did not send
   // (kFailFast).
-  std::vector<InterceptorBatchMethods*> FinishLocked(
-      const grpc::Status& status, GiveUpReason reason, Attempt* last,
-      TraceEvent::Kind kind = TraceEvent::Kind::kFailFast,
-      StatusClass status_class = StatusClass::kFatal)
+  Batches FinishLocked(const grpc::Status &status, GiveUpReason reason,
+                       Attempt *last,
+                       TraceEvent::Kind kind = TraceEvent::Kind::kFailFast,
+                       StatusClass status_class = StatusClass::kFatal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     done_ = true;
     const int attempts = controller_.attempts();
@@ -841,13 +940,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
                                        status.error_details());
     attempts_text_ = absl::StrCat(attempts);
     if (last != nullptr) {
-      response_ = last->response;
-      for (const auto& kv : last->context->GetServerInitialMetadata()) {
+      response_.Swap(&last->response);
+      for (const auto &kv : last->context->GetServerInitialMetadata()) {
         initial_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
       }
-      for (const auto& kv : last->context->GetServerTrailingMetadata()) {
+      for (const auto &kv : last->context->GetServerTrailingMetadata()) {
         trailing_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
@@ -857,32 +956,30 @@ class CallState : public std::enable_shared_from_this<CallState> {
       // the channel (see Attempt::context).
       last->context.reset();
     }
-    std::vector<InterceptorBatchMethods*> ready;
+    Batches ready;
     ready.swap(parked_);
     return ready;
   }
 
   // Ends the call: its terminal trace event, the give-up hook, then the
   // application's batches. Runs once, after FinishLocked, without mu_.
-  void Conclude(std::vector<InterceptorBatchMethods*> ready)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void Conclude(Batches ready) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // terminal_ is written once by FinishLocked, before done_; only this
     // thread reads it after.
-    TraceEvent& e = terminal_;
+    TraceEvent &e = terminal_;
     e.time = shared_->clock()->Now();
     e.call_id = call_id_;
-    std::string message = e.message;
-    shared_->Emit(method_, e, [&](TraceEvent& event) {
-      event.method = setup_.method;
+    shared_->Emit(method_, e, [&](TraceEvent &event) {
+      event.method = method_.name;
       event.idempotency_key = setup_.idempotency_key;
       FillBreaker(event);
     });
     if (e.decision == TraceDecision::kGiveUp && shared_->give_up_hook()) {
       GiveUpInfo info;
       info.call_id = call_id_;
-      info.method = setup_.method;
+      info.method = method_.name;
       info.code = e.code;
-      info.message = std::move(message);
+      info.message = e.message;
       info.reason = e.reason;
       info.attempts =
           e.kind == TraceEvent::Kind::kAttempt ? e.attempt : e.attempt - 1;
@@ -890,29 +987,34 @@ class CallState : public std::enable_shared_from_this<CallState> {
       info.request = Bytes(setup_.request);
       shared_->give_up_hook()(info);
     }
-    Serve(std::move(ready));
+    Serve(ready);
   }
 
   // Fills and proceeds batches once the call is decided. Batches without the
   // status go first: the status completes the call for the application.
-  void Serve(std::vector<InterceptorBatchMethods*> batches)
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    std::stable_partition(batches.begin(), batches.end(),
-                          [](InterceptorBatchMethods* b) {
-                            return !b->QueryInterceptionHookPoint(
-                                InterceptionHookPoints::PRE_RECV_STATUS);
-                          });
-    for (InterceptorBatchMethods* b : batches) Fill(b);
-    for (InterceptorBatchMethods* b : batches) b->Proceed();
+  void Serve(const Batches &batches) ABSL_LOCKS_EXCLUDED(mu_) {
+    for (InterceptorBatchMethods *b : batches)
+      Fill(b);
+    InterceptorBatchMethods *status_batch = nullptr;
+    for (InterceptorBatchMethods *b : batches) {
+      if (b->QueryInterceptionHookPoint(
+              InterceptionHookPoints::PRE_RECV_STATUS)) {
+        status_batch = b; // a unary call has one
+      } else {
+        b->Proceed();
+      }
+    }
+    if (status_batch != nullptr)
+      status_batch->Proceed();
   }
 
   // The final_* fields are written once under mu_ before done_ is set, and
   // only read after; Fill runs after that, so it reads them without the lock.
-  void Fill(InterceptorBatchMethods* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void Fill(InterceptorBatchMethods *b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
-      auto* map = b->GetRecvInitialMetadata();
-      for (const auto& kv : initial_metadata_) {
+      auto *map = b->GetRecvInitialMetadata();
+      for (const auto &kv : initial_metadata_) {
         map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
       }
     }
@@ -922,7 +1024,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       if (final_status_.ok() && CertainlyNotAMessage(b->GetRecvMessage())) {
         final_status_ = grpc::Status(
             grpc::StatusCode::INTERNAL,
-            absl::StrCat("rpcguard: the response object of ", setup_.method,
+            absl::StrCat("rpcguard: the response object of ", method_.name,
                          " is not a protobuf message (a grpc::GenericStub "
                          "call with grpc::ByteBuffer?); call "
                          "rpcguard::MarkPassThrough(&context) before such "
@@ -930,28 +1032,29 @@ class CallState : public std::enable_shared_from_this<CallState> {
       }
       if (final_status_.ok()) {
         // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
-        // ByteBuffer callers must opt out (MarkPassThrough).
-        grpc::ByteBuffer copy(response_);
+        // ByteBuffer callers must opt out (MarkPassThrough). A unary call
+        // receives one message: parsing may consume response_.
         grpc::Status parsed =
             grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
-                &copy,
-                static_cast<grpc::protobuf::MessageLite*>(b->GetRecvMessage()));
+                &response_, static_cast<grpc::protobuf::MessageLite *>(
+                                b->GetRecvMessage()));
         if (parsed.ok()) {
           filled = true;
         } else {
           final_status_ = grpc::Status(
               grpc::StatusCode::INTERNAL,
               absl::StrCat("rpcguard: cannot parse the response of ",
-                           setup_.method, ": ", parsed.error_message()));
+                           method_.name, ": ", parsed.error_message()));
         }
       }
-      if (!filled) b->FailHijackedRecvMessage();
+      if (!filled)
+        b->FailHijackedRecvMessage();
     }
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_STATUS)) {
       *b->GetRecvStatus() = final_status_;
-      auto* map = b->GetRecvTrailingMetadata();
-      for (const auto& kv : trailing_metadata_) {
+      auto *map = b->GetRecvTrailingMetadata();
+      for (const auto &kv : trailing_metadata_) {
         map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
       }
       map->emplace(grpc::string_ref(kAttemptsTrailer),
@@ -960,9 +1063,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   const std::shared_ptr<const Shared> shared_;
-  const MethodState& method_;
-  const MethodPolicy& policy_;
-  const Setup setup_;
+  const MethodState &method_;
+  const MethodPolicy &policy_;
+  Setup setup_; // read-only once the call has started
   const uint64_t call_id_;
 
   internal::Mutex mu_;
@@ -970,6 +1073,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<Attempt> attempt_ ABSL_GUARDED_BY(mu_);
+  // This object, while an attempt runs: the attempt's callback holds only a
+  // raw pointer.
+  std::shared_ptr<CallState> in_flight_ ABSL_GUARDED_BY(mu_);
   bool attempt_started_ ABSL_GUARDED_BY(mu_) = false;
   // Set under mu_, then used without it by the one thread that armed it.
   std::unique_ptr<grpc::Alarm> backoff_alarm_;
@@ -982,7 +1088,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
   // Set once, before the refresher is called; ends a refresh at the deadline.
   std::unique_ptr<grpc::Alarm> refresh_alarm_;
-  std::vector<InterceptorBatchMethods*> parked_ ABSL_GUARDED_BY(mu_);
+  Batches parked_ ABSL_GUARDED_BY(mu_);
 
   // The outcome, written once by FinishLocked. The application's metadata
   // maps point into these strings, so they live as long as the call.
@@ -995,15 +1101,15 @@ class CallState : public std::enable_shared_from_this<CallState> {
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
- public:
-  RetryInterceptor(ClientRpcInfo* info, std::shared_ptr<const Shared> shared)
+public:
+  RetryInterceptor(ClientRpcInfo *info, std::shared_ptr<const Shared> shared)
       : info_(info), shared_(std::move(shared)) {}
 
-  void Intercept(InterceptorBatchMethods* batch) override {
+  void Intercept(InterceptorBatchMethods *batch) override {
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_CANCEL)) {
       OnCancel();
-      return;  // gRPC continues a cancel batch by itself.
+      return; // gRPC continues a cancel batch by itself.
     }
     if (info_->type() != ClientRpcInfo::Type::UNARY) {
       batch->Proceed();
@@ -1012,7 +1118,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
       OnFirstBatch(batch);
-      return;  // OnFirstBatch may hijack: `this` may be gone.
+      return; // OnFirstBatch may hijack: `this` may be gone.
     }
     if (hijacked_ && (batch->QueryInterceptionHookPoint(
                           InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
@@ -1031,7 +1137,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     batch->Proceed();
   }
 
- private:
+private:
   void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<CallState> call;
     {
@@ -1039,16 +1145,17 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       cancelled_ = true;
       call = call_;
     }
-    if (call) call->Cancel();
+    if (call)
+      call->Cancel();
   }
 
   // A call tried once without hijacking has ended: report it like any other.
-  void OnFastPathStatus(InterceptorBatchMethods* batch) {
+  void OnFastPathStatus(InterceptorBatchMethods *batch) {
     static const grpc::string_ref kOne("1");
     batch->GetRecvTrailingMetadata()->emplace(
         grpc::string_ref(kAttemptsTrailer), kOne);
-    grpc::Status* status = batch->GetRecvStatus();
-    const MethodState& method = *fast_path_method_;
+    grpc::Status *status = batch->GetRecvStatus();
+    const MethodState &method = *fast_path_method_;
     TraceEvent event;
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
@@ -1077,7 +1184,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     method.FeedThrottle(event.status_class, false);
     uint64_t call_id = 0;
-    shared_->Emit(method, event, [&](TraceEvent& e) {
+    shared_->Emit(method, event, [&](TraceEvent &e) {
       e.time = shared_->clock()->Now();
       call_id = e.call_id = shared_->random()->Next64();
       e.method = method.name;
@@ -1105,20 +1212,25 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
   }
 
-  void OnFirstBatch(InterceptorBatchMethods* batch) {
-    auto* md = batch->GetSendInitialMetadata();
-    if (md->erase(kPassThroughHeader) > 0) {
+  void OnFirstBatch(InterceptorBatchMethods *batch) {
+    auto *md = batch->GetSendInitialMetadata();
+    // Most calls carry no metadata of their own: skip the lookups.
+    const bool has_metadata = !md->empty();
+    if (has_metadata && md->erase(HeaderString<kPassThroughHeader>()) > 0) {
       batch->Proceed();
       return;
     }
-    const MethodState& method = shared_->ForMethod(info_->method());
-    const ResolvedPolicy& resolved = method.resolved;
-    const MethodPolicy& policy = resolved.policy;
+    const MethodState &method =
+        shared_->ForMethod(info_->method(), info_->channel(), batch);
+    const ResolvedPolicy &resolved = method.resolved;
+    const MethodPolicy &policy = resolved.policy;
 
     // rpcguard owns the attempt header: a caller's value would lie.
-    md->erase(kAttemptHeader);
+    if (has_metadata)
+      md->erase(HeaderString<kAttemptHeader>());
     std::string key;
-    const size_t keys = md->count(kIdempotencyKeyHeader);
+    const size_t keys =
+        has_metadata ? md->count(HeaderString<kIdempotencyKeyHeader>()) : 0;
     // A call rpcguard refuses before sending anything.
     grpc::Status reject;
     if (!resolved.error.ok()) {
@@ -1130,7 +1242,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           grpc::StatusCode::FAILED_PRECONDITION,
           absl::StrCat("rpcguard: ", method.setup_error.message()));
     } else if (keys > 0) {
-      key = md->find(kIdempotencyKeyHeader)->second;
+      key = md->find(HeaderString<kIdempotencyKeyHeader>())->second;
       if (keys > 1) {
         reject = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               "rpcguard: more than one idempotency-key "
@@ -1178,11 +1290,14 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
 
     if (!needs_hijack) {
-      if (method.budget) method.budget->RecordFirstAttempt();
+      if (method.budget)
+        method.budget->RecordFirstAttempt();
       // Tried once, exactly as without rpcguard, plus the metadata.
       fast_path_key_ = keys > 0 ? key : NewUuidV4(*shared_->random());
-      if (keys == 0) md->emplace(kIdempotencyKeyHeader, fast_path_key_);
-      md->emplace(kAttemptHeader, "1");
+      if (keys == 0) {
+        md->emplace(HeaderString<kIdempotencyKeyHeader>(), fast_path_key_);
+      }
+      md->emplace(HeaderString<kAttemptHeader>(), "1");
       if (shared_->give_up_hook()) {
         fast_path_request_ = *batch->GetSerializedSendMessage();
       }
@@ -1191,21 +1306,24 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       return;
     }
 
-    CallState::Setup setup;
-    setup.method = info_->method();
+    grpc::ClientContext *app = info_->client_context();
+    auto call = std::make_shared<CallState>(
+        shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
+    CallState::Setup &setup = call->setup();
     setup.channel = batch->GetInterceptedChannel();
-    setup.request = *batch->GetSerializedSendMessage();
-    grpc::ClientContext* app = info_->client_context();
+    setup.rpc_method = &method.For(info_->channel());
+    // Taken, not copied: a hijacked call never sends its own message.
+    setup.request.Swap(batch->GetSerializedSendMessage());
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
-    setup.deadline = CallerDeadline(app, shared_->clock());
     setup.raw_deadline = app->raw_deadline();
-    setup.may_repeat = may_repeat;
-    setup.idempotency_key = keys > 0 ? key : NewUuidV4(*shared_->random());
-    md->erase(kIdempotencyKeyHeader);
-    setup.metadata.assign(md->begin(), md->end());
+    setup.idempotency_key =
+        keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
+    if (has_metadata) {
+      md->erase(HeaderString<kIdempotencyKeyHeader>());
+      setup.metadata.assign(md->begin(), md->end());
+    }
 
-    auto call = std::make_shared<CallState>(shared_, method, std::move(setup));
     bool cancelled;
     {
       internal::MutexLock lock(&mu_);
@@ -1227,17 +1345,17 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     batch->Hijack();
   }
 
-  ClientRpcInfo* const info_;
+  ClientRpcInfo *const info_;
   const std::shared_ptr<const Shared> shared_;
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   bool hijacked_ = false;
   // Set when the call is tried once without hijacking.
-  const MethodState* fast_path_method_ = nullptr;
+  const MethodState *fast_path_method_ = nullptr;
   std::string fast_path_key_;
   std::optional<Admission> fast_path_admission_;
-  grpc::ByteBuffer fast_path_request_;  // only with a give-up hook
-  CallState* call_for_batches_ = nullptr;
+  grpc::ByteBuffer fast_path_request_; // only with a give-up hook
+  CallState *call_for_batches_ = nullptr;
 
   // A cancel may come on any thread, before or during the first batch.
   internal::Mutex mu_;
@@ -1247,21 +1365,21 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
 class RetryInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
+public:
   explicit RetryInterceptorFactory(std::shared_ptr<const Shared> shared)
       : shared_(std::move(shared)) {}
 
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      ClientRpcInfo* info) override {
+  grpc::experimental::Interceptor *
+  CreateClientInterceptor(ClientRpcInfo *info) override {
     return new RetryInterceptor(info, shared_);
   }
 
- private:
+private:
   // Shared with every interceptor, so calls in flight outlive the factory.
   std::shared_ptr<const Shared> shared_;
 };
 
-}  // namespace
+} // namespace
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
@@ -1270,15 +1388,16 @@ MakeInterceptorFactory(Options options) {
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
-    const std::string& target,
-    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    Options options, grpc::ChannelArguments args) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>>
+CreateChannel(const std::string &target,
+              const std::shared_ptr<grpc::ChannelCredentials> &credentials,
+              Options options, grpc::ChannelArguments args) {
   // Channels to one target share their breaker and budget.
-  if (options.destination.empty()) options.destination = target;
+  if (options.destination.empty())
+    options.destination = target;
   const grpc_channel_args c_args = args.c_channel_args();
   for (size_t i = 0; i < c_args.num_args; ++i) {
-    const grpc_arg& arg = c_args.args[i];
+    const grpc_arg &arg = c_args.args[i];
     if (!options.allow_grpc_retry_policy && arg.type == GRPC_ARG_STRING &&
         absl::string_view(arg.key) == GRPC_ARG_SERVICE_CONFIG &&
         absl::string_view(arg.value.string).find("\"retryPolicy\"") !=
@@ -1299,13 +1418,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 }
 
 std::shared_ptr<Stats> DefaultStats() {
-  static const std::shared_ptr<Stats>* const stats =
+  static const std::shared_ptr<Stats> *const stats =
       new std::shared_ptr<Stats>(std::make_shared<Stats>());
   return *stats;
 }
 
-void MarkPassThrough(grpc::ClientContext* context) {
+void MarkPassThrough(grpc::ClientContext *context) {
   context->AddMetadata(kPassThroughHeader, "1");
 }
 
-}  // namespace rpcguard
+} // namespace rpcguard
