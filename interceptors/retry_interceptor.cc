@@ -85,7 +85,8 @@ using Batches = absl::InlinedVector<InterceptorBatchMethods *, 2>;
 // ClientContext::AddMetadata take std::string keys, and a key built from a
 // literal on every call allocates when it is longer than the small-string
 // buffer (16 characters and up).
-template <const char *kName> const std::string &HeaderString() {
+template <const char *kName>
+const std::string &HeaderString() {
   static const std::string *const name = new std::string(kName);
   return *name;
 }
@@ -104,7 +105,7 @@ std::shared_ptr<TraceSink> DefaultSink() {
 // rare, so a process-wide lock is fine here (never on the call path).
 bool FirstToSee(const TraceSink *sink, const Stats *stats,
                 const BreakerTransition &t) {
-  static absl::Mutex mu(absl::kConstInit); // rare: transitions only
+  static absl::Mutex mu(absl::kConstInit);  // rare: transitions only
   static auto *const last_seen =
       new absl::flat_hash_map<std::string, uint64_t>();
   const std::string key =
@@ -112,8 +113,7 @@ bool FirstToSee(const TraceSink *sink, const Stats *stats,
                    reinterpret_cast<uintptr_t>(stats), "/", t.key);
   absl::MutexLock lock(&mu);
   uint64_t &last = (*last_seen)[key];
-  if (t.sequence <= last)
-    return false;
+  if (t.sequence <= last) return false;
   last = t.sequence;
   return true;
 }
@@ -154,11 +154,9 @@ struct MethodState {
     // Interceptors run only on grpc::Channel; anything else stays
     // unregistered.
     auto *real = dynamic_cast<grpc::Channel *>(channel);
-    if (real == nullptr)
-      return;
+    if (real == nullptr) return;
     registered_on = real->weak_from_this();
-    if (registered_on.expired())
-      return;
+    if (registered_on.expired()) return;
     registered_channel = channel;
     // The intercepted channel forwards the registration to the real one.
     registered.emplace(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
@@ -167,8 +165,8 @@ struct MethodState {
 
   // The RpcMethod for an attempt of a call on `channel`, which the call
   // keeps alive.
-  const grpc::internal::RpcMethod &
-  For(const grpc::ChannelInterface *channel) const {
+  const grpc::internal::RpcMethod &For(
+      const grpc::ChannelInterface *channel) const {
     if (registered && channel == registered_channel &&
         !registered_on.expired()) {
       return *registered;
@@ -183,7 +181,7 @@ struct MethodState {
         (c == StatusClass::kFatal &&
          (code == grpc::StatusCode::DEADLINE_EXCEEDED ||
           code == grpc::StatusCode::CANCELLED))) {
-      return AttemptResult::kIgnored; // the caller ended it
+      return AttemptResult::kIgnored;  // the caller ended it
     }
     return c == StatusClass::kRetriable ? AttemptResult::kFailure
                                         : AttemptResult::kSuccess;
@@ -191,8 +189,7 @@ struct MethodState {
 
   // Feeds the A6 throttle; false when it refuses a retry.
   bool FeedThrottle(StatusClass c, bool server_said_stop) const {
-    if (throttle == nullptr)
-      return true;
+    if (throttle == nullptr) return true;
     if (c == StatusClass::kOk) {
       throttle->RecordSuccess();
       return true;
@@ -206,7 +203,7 @@ struct MethodState {
 
 // What every interceptor of one factory shares.
 class Shared {
-public:
+ public:
   explicit Shared(Options options)
       : config_(std::move(options.config)),
         clock_(options.clock != nullptr ? options.clock : Clock::Real()),
@@ -235,8 +232,7 @@ public:
     std::weak_ptr<Shared> weak = self;
     listener_id_ =
         registry_->AddTransitionListener([weak](const BreakerTransition &t) {
-          if (auto shared = weak.lock())
-            shared->OnTransition(t);
+          if (auto shared = weak.lock()) shared->OnTransition(t);
         });
   }
 
@@ -258,8 +254,7 @@ public:
     {
       internal::MutexLock lock(&mu_);
       auto it = methods_.find(key);
-      if (it != methods_.end())
-        return *it->second;
+      if (it != methods_.end()) return *it->second;
     }
     auto state = std::make_unique<MethodState>();
     state->name = std::string(key);
@@ -320,10 +315,8 @@ public:
   // A breaker of the registry changed state: trace it if it is one of ours,
   // once per sink and stats object however many factories share them.
   void OnTransition(const BreakerTransition &t) const {
-    if (!absl::StartsWith(t.key, destination_))
-      return;
-    if (!FirstToSee(sink_.get(), stats_.get(), t))
-      return;
+    if (!absl::StartsWith(t.key, destination_)) return;
+    if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
     TraceEvent e;
     e.kind = TraceEvent::Kind::kBreakerTransition;
     e.time = t.time;
@@ -333,8 +326,7 @@ public:
     e.to_state = e.breaker_state;
     e.message = t.reason;
     stats_->Record(e);
-    if (ShouldTrace(verbosity_, e))
-      sink_->Write(e);
+    if (ShouldTrace(verbosity_, e)) sink_->Write(e);
   }
 
   // Counts `event`, and writes it to the trace when the verbosity asks;
@@ -349,7 +341,7 @@ public:
     }
   }
 
-private:
+ private:
   const Config config_;
   Clock *const clock_;
   Random *const random_;
@@ -359,7 +351,7 @@ private:
   const std::shared_ptr<Stats> stats_;
   const GiveUpHook give_up_hook_;
   const std::shared_ptr<BreakerRegistry> registry_;
-  std::string destination_; // set before any call, then read-only
+  std::string destination_;  // set before any call, then read-only
   BreakerRegistry::ListenerId listener_id_ = 0;
   mutable internal::Mutex mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
@@ -384,8 +376,7 @@ bool CertainlyNotAMessage(const void *object) {
 std::string Bytes(const grpc::ByteBuffer &buffer) {
   std::vector<grpc::Slice> slices;
   std::string out;
-  if (!buffer.Dump(&slices).ok())
-    return out;
+  if (!buffer.Dump(&slices).ok()) return out;
   for (const grpc::Slice &slice : slices) {
     out.append(reinterpret_cast<const char *>(slice.begin()), slice.size());
   }
@@ -395,17 +386,16 @@ std::string Bytes(const grpc::ByteBuffer &buffer) {
 // The give-up reason of a call tried once without hijacking.
 GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
   switch (c) {
-  case StatusClass::kOk:
-    return GiveUpReason::kNone;
-  case StatusClass::kRetriable:
-    return GiveUpReason::kNotIdempotent;
-  case StatusClass::kAuth:
-    return GiveUpReason::kAuth;
-  case StatusClass::kFatal:
-    break;
+    case StatusClass::kOk:
+      return GiveUpReason::kNone;
+    case StatusClass::kRetriable:
+      return GiveUpReason::kNotIdempotent;
+    case StatusClass::kAuth:
+      return GiveUpReason::kAuth;
+    case StatusClass::kFatal:
+      break;
   }
-  if (code == grpc::StatusCode::CANCELLED)
-    return GiveUpReason::kCancelled;
+  if (code == grpc::StatusCode::CANCELLED) return GiveUpReason::kCancelled;
   if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return GiveUpReason::kDeadline;
   }
@@ -470,7 +460,7 @@ struct Attempt {
 
 // The state of one hijacked call. See the essay at the top of the file.
 class CallState : public std::enable_shared_from_this<CallState> {
-public:
+ public:
   // Everything needed to replay the request, captured from the first batch.
   // Filled in place (CallState::setup()) before Start: grpc::ByteBuffer
   // has no move constructor, so moving a Setup would copy the request.
@@ -479,7 +469,7 @@ public:
     std::shared_ptr<grpc::ChannelInterface> channel;
     const grpc::internal::RpcMethod *rpc_method = nullptr;
     grpc::ByteBuffer request;
-    Metadata metadata; // the caller's, less rpcguard's own keys
+    Metadata metadata;  // the caller's, less rpcguard's own keys
     std::string idempotency_key;
     std::shared_ptr<grpc::CallCredentials> credentials;
     grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
@@ -491,11 +481,12 @@ public:
   // send again.
   CallState(std::shared_ptr<const Shared> shared, const MethodState &method,
             absl::Time deadline, bool may_repeat)
-      : shared_(std::move(shared)), method_(method),
-        policy_(method.resolved.policy), call_id_(shared_->random()->Next64()),
+      : shared_(std::move(shared)),
+        method_(method),
+        policy_(method.resolved.policy),
+        call_id_(shared_->random()->Next64()),
         controller_(policy_, may_repeat, deadline, shared_->clock()) {
-    if (shared_->refresher())
-      controller_.EnableAuthRefresh();
+    if (shared_->refresher()) controller_.EnableAuthRefresh();
   }
 
   // What attempts replay; written only before Start() or FailBeforeStart().
@@ -519,8 +510,7 @@ public:
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       internal::MutexLock lock(&mu_);
-      if (cancelled_ || done_)
-        return;
+      if (cancelled_ || done_) return;
       cancelled_ = true;
       cancel_alarm_ = std::make_unique<grpc::Alarm>();
     }
@@ -528,8 +518,7 @@ public:
     std::weak_ptr<CallState> weak = weak_from_this();
     // A deadline in the past: the alarm fires at once, on a gRPC thread.
     cancel_alarm_->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC), [weak](bool) {
-      if (auto self = weak.lock())
-        self->DoCancel();
+      if (auto self = weak.lock()) self->DoCancel();
     });
   }
 
@@ -545,21 +534,19 @@ public:
     Serve({batch});
   }
 
-private:
+ private:
   void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
     auto attempt = std::make_shared<Attempt>();
     // Asked before every attempt, retries included, and outside mu_: a
     // transition calls listeners on this thread.
-    if (method_.breaker)
-      attempt->admission = method_.breaker->Admit();
+    if (method_.breaker) attempt->admission = method_.breaker->Admit();
     const bool refused = attempt->admission && !attempt->admission->allowed();
     int number = 0;
     bool ended = false;
     Batches ready;
     {
       internal::MutexLock lock(&mu_);
-      if (done_)
-        return;
+      if (done_) return;
       if (refused && !cancelled_) {
         ready = FinishLocked(
             grpc::Status(
@@ -622,11 +609,9 @@ private:
     if (setup_.compression != GRPC_COMPRESS_NONE) {
       ctx.set_compression_algorithm(setup_.compression);
     }
-    if (policy_.wait_for_ready)
-      ctx.set_wait_for_ready(*policy_.wait_for_ready);
+    if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
     for (const auto &kv : setup_.metadata) {
-      if (refreshed && Replaced(refreshed->metadata, kv.first))
-        continue;
+      if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
       ctx.AddMetadata(kv.first, kv.second);
     }
     if (refreshed) {
@@ -653,8 +638,7 @@ private:
     }
     // A cancel that came while the attempt was being started found it not
     // yet startable; cancel it now.
-    if (cancel_now)
-      ctx.TryCancel();
+    if (cancel_now) ctx.TryCancel();
   }
 
   void OnAttemptDone(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -708,8 +692,7 @@ private:
     {
       internal::MutexLock lock(&mu_);
       attempt_.reset();
-      if (done_)
-        return;
+      if (done_) return;
       RandomBitGen gen(shared_->random());
       Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
                                             cancelled_, gen);
@@ -782,8 +765,7 @@ private:
     std::weak_ptr<CallState> weak = weak_from_this();
     grpc::Alarm *alarm = backoff_alarm_.get();
     alarm->Set(ToSystemTime(backoff_until, shared_->clock()), [weak](bool) {
-      if (auto self = weak.lock())
-        self->StartAttempt();
+      if (auto self = weak.lock()) self->StartAttempt();
     });
     bool cancel_now;
     {
@@ -792,8 +774,7 @@ private:
       cancel_now = cancelled_;
     }
     // A cancel during the backoff: end it now rather than when it expires.
-    if (cancel_now)
-      alarm->Cancel();
+    if (cancel_now) alarm->Cancel();
   }
 
   // Asks the refresher for credentials; the call's deadline still holds.
@@ -803,8 +784,7 @@ private:
       refresh_alarm_->Set(
           NoLaterThanCaller(deadline, shared_->clock(), setup_.raw_deadline),
           [weak](bool fired) {
-            if (!fired)
-              return;
+            if (!fired) return;
             if (auto self = weak.lock())
               self->EndRefresh(absl::DeadlineExceededError(""));
           });
@@ -826,8 +806,7 @@ private:
     bool start = false;
     {
       internal::MutexLock lock(&mu_);
-      if (done_ || !refreshing_)
-        return;
+      if (done_ || !refreshing_) return;
       refreshing_ = false;
       const bool timed_out =
           result.status().code() == absl::StatusCode::kDeadlineExceeded &&
@@ -853,8 +832,7 @@ private:
       }
       last_attempt_.reset();
     }
-    if (refresh_alarm_)
-      refresh_alarm_->Cancel();
+    if (refresh_alarm_) refresh_alarm_->Cancel();
     if (start) {
       StartAttempt();
     } else {
@@ -863,16 +841,14 @@ private:
   }
 
   void FillBreaker(TraceEvent &e) const {
-    if (method_.breaker == nullptr)
-      return;
+    if (method_.breaker == nullptr) return;
     e.breaker_key = method_.breaker_key;
     e.breaker_state = std::string(BreakerStateName(method_.breaker->state()));
   }
 
   static bool Replaced(const Metadata &replacements, const std::string &key) {
     for (const auto &kv : replacements) {
-      if (kv.first == key)
-        return true;
+      if (kv.first == key) return true;
     }
     return false;
   }
@@ -885,8 +861,7 @@ private:
     bool end_refresh = false;
     {
       internal::MutexLock lock(&mu_);
-      if (done_)
-        return;
+      if (done_) return;
       // The refresher cannot be stopped; the call ends without it.
       end_refresh = refreshing_;
       if (attempt_ != nullptr && attempt_started_) {
@@ -900,12 +875,10 @@ private:
       EndRefresh(absl::CancelledError());
       return;
     }
-    if (attempt)
-      attempt->TryCancel();
+    if (attempt) attempt->TryCancel();
     // The alarm's callback calls StartAttempt, which ends the call as
     // cancelled without starting an attempt.
-    if (alarm)
-      alarm->Cancel();
+    if (alarm) alarm->Cancel();
   }
 
   // Records the final outcome; returns the parked batches to serve.
@@ -993,19 +966,17 @@ private:
   // Fills and proceeds batches once the call is decided. Batches without the
   // status go first: the status completes the call for the application.
   void Serve(const Batches &batches) ABSL_LOCKS_EXCLUDED(mu_) {
-    for (InterceptorBatchMethods *b : batches)
-      Fill(b);
+    for (InterceptorBatchMethods *b : batches) Fill(b);
     InterceptorBatchMethods *status_batch = nullptr;
     for (InterceptorBatchMethods *b : batches) {
       if (b->QueryInterceptionHookPoint(
               InterceptionHookPoints::PRE_RECV_STATUS)) {
-        status_batch = b; // a unary call has one
+        status_batch = b;  // a unary call has one
       } else {
         b->Proceed();
       }
     }
-    if (status_batch != nullptr)
-      status_batch->Proceed();
+    if (status_batch != nullptr) status_batch->Proceed();
   }
 
   // The final_* fields are written once under mu_ before done_ is set, and
@@ -1047,8 +1018,7 @@ private:
                            method_.name, ": ", parsed.error_message()));
         }
       }
-      if (!filled)
-        b->FailHijackedRecvMessage();
+      if (!filled) b->FailHijackedRecvMessage();
     }
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_STATUS)) {
@@ -1065,7 +1035,7 @@ private:
   const std::shared_ptr<const Shared> shared_;
   const MethodState &method_;
   const MethodPolicy &policy_;
-  Setup setup_; // read-only once the call has started
+  Setup setup_;  // read-only once the call has started
   const uint64_t call_id_;
 
   internal::Mutex mu_;
@@ -1101,7 +1071,7 @@ private:
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
-public:
+ public:
   RetryInterceptor(ClientRpcInfo *info, std::shared_ptr<const Shared> shared)
       : info_(info), shared_(std::move(shared)) {}
 
@@ -1109,7 +1079,7 @@ public:
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_CANCEL)) {
       OnCancel();
-      return; // gRPC continues a cancel batch by itself.
+      return;  // gRPC continues a cancel batch by itself.
     }
     if (info_->type() != ClientRpcInfo::Type::UNARY) {
       batch->Proceed();
@@ -1118,7 +1088,7 @@ public:
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
       OnFirstBatch(batch);
-      return; // OnFirstBatch may hijack: `this` may be gone.
+      return;  // OnFirstBatch may hijack: `this` may be gone.
     }
     if (hijacked_ && (batch->QueryInterceptionHookPoint(
                           InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
@@ -1137,7 +1107,7 @@ public:
     batch->Proceed();
   }
 
-private:
+ private:
   void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<CallState> call;
     {
@@ -1145,8 +1115,7 @@ private:
       cancelled_ = true;
       call = call_;
     }
-    if (call)
-      call->Cancel();
+    if (call) call->Cancel();
   }
 
   // A call tried once without hijacking has ended: report it like any other.
@@ -1226,8 +1195,7 @@ private:
     const MethodPolicy &policy = resolved.policy;
 
     // rpcguard owns the attempt header: a caller's value would lie.
-    if (has_metadata)
-      md->erase(HeaderString<kAttemptHeader>());
+    if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
     std::string key;
     const size_t keys =
         has_metadata ? md->count(HeaderString<kIdempotencyKeyHeader>()) : 0;
@@ -1290,8 +1258,7 @@ private:
     }
 
     if (!needs_hijack) {
-      if (method.budget)
-        method.budget->RecordFirstAttempt();
+      if (method.budget) method.budget->RecordFirstAttempt();
       // Tried once, exactly as without rpcguard, plus the metadata.
       fast_path_key_ = keys > 0 ? key : NewUuidV4(*shared_->random());
       if (keys == 0) {
@@ -1354,7 +1321,7 @@ private:
   const MethodState *fast_path_method_ = nullptr;
   std::string fast_path_key_;
   std::optional<Admission> fast_path_admission_;
-  grpc::ByteBuffer fast_path_request_; // only with a give-up hook
+  grpc::ByteBuffer fast_path_request_;  // only with a give-up hook
   CallState *call_for_batches_ = nullptr;
 
   // A cancel may come on any thread, before or during the first batch.
@@ -1365,21 +1332,21 @@ private:
 
 class RetryInterceptorFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
-public:
+ public:
   explicit RetryInterceptorFactory(std::shared_ptr<const Shared> shared)
       : shared_(std::move(shared)) {}
 
-  grpc::experimental::Interceptor *
-  CreateClientInterceptor(ClientRpcInfo *info) override {
+  grpc::experimental::Interceptor *CreateClientInterceptor(
+      ClientRpcInfo *info) override {
     return new RetryInterceptor(info, shared_);
   }
 
-private:
+ private:
   // Shared with every interceptor, so calls in flight outlive the factory.
   std::shared_ptr<const Shared> shared_;
 };
 
-} // namespace
+}  // namespace
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
@@ -1388,13 +1355,12 @@ MakeInterceptorFactory(Options options) {
   return std::make_unique<RetryInterceptorFactory>(std::move(shared));
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>>
-CreateChannel(const std::string &target,
-              const std::shared_ptr<grpc::ChannelCredentials> &credentials,
-              Options options, grpc::ChannelArguments args) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string &target,
+    const std::shared_ptr<grpc::ChannelCredentials> &credentials,
+    Options options, grpc::ChannelArguments args) {
   // Channels to one target share their breaker and budget.
-  if (options.destination.empty())
-    options.destination = target;
+  if (options.destination.empty()) options.destination = target;
   const grpc_channel_args c_args = args.c_channel_args();
   for (size_t i = 0; i < c_args.num_args; ++i) {
     const grpc_arg &arg = c_args.args[i];
@@ -1427,4 +1393,4 @@ void MarkPassThrough(grpc::ClientContext *context) {
   context->AddMetadata(kPassThroughHeader, "1");
 }
 
-} // namespace rpcguard
+}  // namespace rpcguard
