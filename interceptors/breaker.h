@@ -240,10 +240,11 @@ bool IsLegalTransition(BreakerState from, BreakerState to, bool manual);
 // clock read and a few atomics; Record in CLOSED adds to one of several
 // striped counters (so concurrent callers rarely share a lock), and only a
 // failure sums them. Everything else holds a per-breaker mutex for the few
-// nanoseconds of counter updates, never while calling out: listeners run after the lock is released, one at a
-// time and in transition order, on the thread of a caller whose Admit,
-// Record or manual call caused a transition (or of another caller that was
-// delivering at that moment). Listeners may call back into the breaker.
+// nanoseconds of counter updates, never while calling out: listeners run after
+// the lock is released, one at a time and in transition order, on the thread of
+// a caller whose Admit, Record or manual call caused a transition (or of
+// another caller that was delivering at that moment). Listeners may call back
+// into the breaker.
 class CircuitBreaker {
  public:
   // Errors: InvalidArgument from options.Validate(). `clock` (null:

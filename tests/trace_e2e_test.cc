@@ -139,9 +139,10 @@ TEST_F(TraceE2ETest, FirstTimeSuccessWritesNothingButIsCounted) {
   EXPECT_EQ(
       snap.FindMethod("/rpcguard.testing.v1.FaultService/Create")->attempts,
       5u);
-  EXPECT_TRUE(absl::StrContains(ToPrometheusText(snap),
-                                "rpcguard_calls_total{method=\"/"
-                                "rpcguard.testing.v1.FaultService/Create\"} 5"));
+  EXPECT_TRUE(
+      absl::StrContains(ToPrometheusText(snap),
+                        "rpcguard_calls_total{method=\"/"
+                        "rpcguard.testing.v1.FaultService/Create\"} 5"));
 }
 
 TEST_F(TraceE2ETest, GiveUpsReachTheHookOnceWithTheRequest) {
@@ -171,8 +172,7 @@ TEST_F(TraceE2ETest, GiveUpsReachTheHookOnceWithTheRequest) {
   EXPECT_EQ(give_ups_[1].reason, GiveUpReason::kNotIdempotent);
   EXPECT_EQ(give_ups_[1].attempts, 1);
   EXPECT_EQ(give_ups_[1].request, create.SerializeAsString());
-  EXPECT_EQ(give_ups_[1].idempotency_key,
-            server_.Op("hooked-create").keys[0]);
+  EXPECT_EQ(give_ups_[1].idempotency_key, server_.Op("hooked-create").keys[0]);
   // kGiveUps writes the two terminal lines only, each with its call id.
   ASSERT_EQ(events_.size(), 2u);
   EXPECT_EQ(events_[0].call_id, give_ups_[0].call_id);
@@ -188,10 +188,11 @@ TEST_F(TraceE2ETest, CancelDuringBackoffIsAFailFast) {
                       "maxBackoff": "1s", "backoffMultiplier": 2,
                       "retryableStatusCodes": ["UNAVAILABLE"]},
       "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
-  options.trace_sink = std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-    absl::MutexLock lock(&mu_);
-    events_.push_back(e);
-  });
+  options.trace_sink =
+      std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+        absl::MutexLock lock(&mu_);
+        events_.push_back(e);
+      });
   options.stats = stats_;
   auto stub = FaultService::NewStub(*CreateChannel(
       server_.address(), grpc::InsecureChannelCredentials(), options));

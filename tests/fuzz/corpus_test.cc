@@ -4,10 +4,10 @@
 // its LLVMFuzzerTestOneInput in the ordinary test suite, so a fixed crash
 // stays fixed even where libFuzzer is not built.
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <dirent.h>
 #include <fstream>
 #include <sstream>
 #include <string>
