@@ -79,22 +79,22 @@ using grpc::experimental::InterceptorBatchMethods;
 
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 // A call's parked batches: one or two for every unary API.
-using Batches = absl::InlinedVector<InterceptorBatchMethods *, 2>;
+using Batches = absl::InlinedVector<InterceptorBatchMethods*, 2>;
 
 // rpcguard's header names as std::string, built once: the metadata maps and
 // ClientContext::AddMetadata take std::string keys, and a key built from a
 // literal on every call allocates when it is longer than the small-string
 // buffer (16 characters and up).
-template <const char *kName>
-const std::string &HeaderString() {
-  static const std::string *const name = new std::string(kName);
+template <const char* kName>
+const std::string& HeaderString() {
+  static const std::string* const name = new std::string(kName);
   return *name;
 }
 
 // The stderr logfmt sink that Options::trace_sink defaults to: one for the
 // process, so that transitions seen by several factories are written once.
 std::shared_ptr<TraceSink> DefaultSink() {
-  static const std::shared_ptr<TraceSink> *const sink =
+  static const std::shared_ptr<TraceSink>* const sink =
       new std::shared_ptr<TraceSink>(std::make_shared<LogfmtSink>());
   return *sink;
 }
@@ -103,16 +103,16 @@ std::shared_ptr<TraceSink> DefaultSink() {
 // Channels of several factories share breakers; each factory's listener
 // hears every transition, but a sink should write it once. Transitions are
 // rare, so a process-wide lock is fine here (never on the call path).
-bool FirstToSee(const TraceSink *sink, const Stats *stats,
-                const BreakerTransition &t) {
+bool FirstToSee(const TraceSink* sink, const Stats* stats,
+                const BreakerTransition& t) {
   static absl::Mutex mu(absl::kConstInit);  // rare: transitions only
-  static auto *const last_seen =
+  static auto* const last_seen =
       new absl::flat_hash_map<std::string, uint64_t>();
   const std::string key =
       absl::StrCat(reinterpret_cast<uintptr_t>(sink), "/",
                    reinterpret_cast<uintptr_t>(stats), "/", t.key);
   absl::MutexLock lock(&mu);
-  uint64_t &last = (*last_seen)[key];
+  uint64_t& last = (*last_seen)[key];
   if (t.sequence <= last) return false;
   last = t.sequence;
   return true;
@@ -125,7 +125,7 @@ struct MethodState {
   // be gone by the time the call ends.
   std::string name;
   ResolvedPolicy resolved;
-  Stats::MethodHandle *stats = nullptr;
+  Stats::MethodHandle* stats = nullptr;
   // The destination's breaker, budget and A6 throttle (null when disabled or
   // not configured), under `breaker_key`.
   std::string breaker_key;
@@ -143,17 +143,17 @@ struct MethodState {
   // unregistered. `registered_on` proves that the channel is still the one
   // registered, not a new channel at the same address.
   std::optional<grpc::internal::RpcMethod> registered;
-  const grpc::ChannelInterface *registered_channel = nullptr;
+  const grpc::ChannelInterface* registered_channel = nullptr;
   std::weak_ptr<grpc::Channel> registered_on;
   std::optional<grpc::internal::RpcMethod> unregistered;
 
   // Names this method to gRPC; `channel` is the channel of the call.
-  void Register(grpc::ChannelInterface *channel,
-                InterceptorBatchMethods *first_batch) {
+  void Register(grpc::ChannelInterface* channel,
+                InterceptorBatchMethods* first_batch) {
     unregistered.emplace(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
     // Interceptors run only on grpc::Channel; anything else stays
     // unregistered.
-    auto *real = dynamic_cast<grpc::Channel *>(channel);
+    auto* real = dynamic_cast<grpc::Channel*>(channel);
     if (real == nullptr) return;
     registered_on = real->weak_from_this();
     if (registered_on.expired()) return;
@@ -165,8 +165,8 @@ struct MethodState {
 
   // The RpcMethod for an attempt of a call on `channel`, which the call
   // keeps alive.
-  const grpc::internal::RpcMethod &For(
-      const grpc::ChannelInterface *channel) const {
+  const grpc::internal::RpcMethod& For(
+      const grpc::ChannelInterface* channel) const {
     if (registered && channel == registered_channel &&
         !registered_on.expired()) {
       return *registered;
@@ -224,31 +224,31 @@ class Shared {
 
   // Starts logging the transitions of this factory's breakers. Called once,
   // right after construction (it needs a weak_ptr to this).
-  void Init(const std::shared_ptr<Shared> &self) {
+  void Init(const std::shared_ptr<Shared>& self) {
     if (destination_.empty()) {
       // No target to share with: a key of this factory's own.
       destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
     }
     std::weak_ptr<Shared> weak = self;
     listener_id_ =
-        registry_->AddTransitionListener([weak](const BreakerTransition &t) {
+        registry_->AddTransitionListener([weak](const BreakerTransition& t) {
           if (auto shared = weak.lock()) shared->OnTransition(t);
         });
   }
 
-  Clock *clock() const { return clock_; }
-  Random *random() const { return random_; }
-  const CredentialRefresher &refresher() const { return refresher_; }
-  const GiveUpHook &give_up_hook() const { return give_up_hook_; }
+  Clock* clock() const { return clock_; }
+  Random* random() const { return random_; }
+  const CredentialRefresher& refresher() const { return refresher_; }
+  const GiveUpHook& give_up_hook() const { return give_up_hook_; }
 
   // The state of `method`, computed once per method: after the first call no
   // descriptor lookup or option parsing happens on the call path, only this
   // hash lookup. The reference lives as long as this object.
   // `channel` and `first_batch` belong to the call asking, and register the
   // method on the first call's channel (MethodState::Register).
-  const MethodState &ForMethod(const char *method,
-                               grpc::ChannelInterface *channel,
-                               InterceptorBatchMethods *first_batch) const
+  const MethodState& ForMethod(const char* method,
+                               grpc::ChannelInterface* channel,
+                               InterceptorBatchMethods* first_batch) const
       ABSL_LOCKS_EXCLUDED(mu_) {
     const absl::string_view key(method);
     {
@@ -269,15 +269,15 @@ class Shared {
   }
 
   // Looks up the breaker, budget and throttle a method's calls share.
-  void AttachDestination(absl::string_view method, MethodState *state) const {
-    const DestinationConfig &dest = config_.destination();
+  void AttachDestination(absl::string_view method, MethodState* state) const {
+    const DestinationConfig& dest = config_.destination();
     state->breaker_key = destination_;
     if (dest.key_per_service) {
       absl::string_view path = method;
       absl::ConsumePrefix(&path, "/");
       absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
     }
-    const std::string &key = state->breaker_key;
+    const std::string& key = state->breaker_key;
     if (dest.breaker_enabled) {
       if (dest.breaker.has_value()) {
         auto b = registry_->Get(key, *dest.breaker);
@@ -314,7 +314,7 @@ class Shared {
 
   // A breaker of the registry changed state: trace it if it is one of ours,
   // once per sink and stats object however many factories share them.
-  void OnTransition(const BreakerTransition &t) const {
+  void OnTransition(const BreakerTransition& t) const {
     if (!absl::StartsWith(t.key, destination_)) return;
     if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
     TraceEvent e;
@@ -333,7 +333,7 @@ class Shared {
   // `fill` adds the strings (method, key, message) only then, so that the
   // common untraced case copies none.
   template <typename Fill>
-  void Emit(const MethodState &method, TraceEvent &event, Fill fill) const {
+  void Emit(const MethodState& method, TraceEvent& event, Fill fill) const {
     stats_->Record(method.stats, event);
     if (ShouldTrace(verbosity_, event)) {
       fill(event);
@@ -343,8 +343,8 @@ class Shared {
 
  private:
   const Config config_;
-  Clock *const clock_;
-  Random *const random_;
+  Clock* const clock_;
+  Random* const random_;
   const CredentialRefresher refresher_;
   const std::shared_ptr<TraceSink> sink_;
   const TraceVerbosity verbosity_;
@@ -366,19 +366,19 @@ class Shared {
 // buffer). Treating that as a MessageLite jumped through a null vtable.
 // A non-empty ByteBuffer cannot be told apart this way: such callers still
 // need MarkPassThrough.
-bool CertainlyNotAMessage(const void *object) {
-  const void *first_word;
+bool CertainlyNotAMessage(const void* object) {
+  const void* first_word;
   std::memcpy(&first_word, object, sizeof(first_word));
   return first_word == nullptr;
 }
 
 // The serialized bytes of a ByteBuffer (for the give-up hook).
-std::string Bytes(const grpc::ByteBuffer &buffer) {
+std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   std::string out;
   if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice &slice : slices) {
-    out.append(reinterpret_cast<const char *>(slice.begin()), slice.size());
+  for (const grpc::Slice& slice : slices) {
+    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
   return out;
 }
@@ -404,7 +404,7 @@ GiveUpReason FastPathReason(StatusClass c, grpc::StatusCode code) {
 
 // Converts between the injected clock's time and the real clock that gRPC
 // timers use, by the remaining duration.
-std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock *clock) {
+std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock) {
   const absl::Duration left = t - clock->Now();
   const auto now = std::chrono::system_clock::now();
   // A caller's deadline may lie beyond system_clock's range (gRPC takes any
@@ -424,7 +424,7 @@ std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock *clock) {
 // (CallerDeadline, ToSystemTime) reads two clocks one after the other; a
 // thread preempted between the reads shifts the result later by as long as
 // it was preempted, which must not let an attempt outlive its caller.
-gpr_timespec NoLaterThanCaller(absl::Time t, Clock *clock,
+gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock,
                                gpr_timespec caller) {
   gpr_timespec converted;
   grpc::Timepoint2Timespec(ToSystemTime(t, clock), &converted);
@@ -432,7 +432,7 @@ gpr_timespec NoLaterThanCaller(absl::Time t, Clock *clock,
   return gpr_time_cmp(converted, caller) <= 0 ? converted : caller;
 }
 
-absl::Time CallerDeadline(grpc::ClientContext *context, Clock *clock) {
+absl::Time CallerDeadline(grpc::ClientContext* context, Clock* clock) {
   const gpr_timespec raw = context->raw_deadline();
   if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) == 0) {
     return absl::InfiniteFuture();
@@ -467,7 +467,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   struct Setup {
     // The channel below rpcguard, and how attempts name the method on it.
     std::shared_ptr<grpc::ChannelInterface> channel;
-    const grpc::internal::RpcMethod *rpc_method = nullptr;
+    const grpc::internal::RpcMethod* rpc_method = nullptr;
     grpc::ByteBuffer request;
     Metadata metadata;  // the caller's, less rpcguard's own keys
     std::string idempotency_key;
@@ -479,7 +479,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
   // `deadline` is the caller's; `may_repeat` whether the call is safe to
   // send again.
-  CallState(std::shared_ptr<const Shared> shared, const MethodState &method,
+  CallState(std::shared_ptr<const Shared> shared, const MethodState& method,
             absl::Time deadline, bool may_repeat)
       : shared_(std::move(shared)),
         method_(method),
@@ -490,13 +490,13 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // What attempts replay; written only before Start() or FailBeforeStart().
-  Setup &setup() { return setup_; }
+  Setup& setup() { return setup_; }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { StartAttempt(); }
 
   // Ends the call before any attempt, with `status`.
-  void FailBeforeStart(const grpc::Status &status, GiveUpReason reason)
+  void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
       ABSL_LOCKS_EXCLUDED(mu_) {
     Batches ready;
     {
@@ -523,7 +523,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   // A batch of the application's call that waits for the result.
-  void Park(InterceptorBatchMethods *batch) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Park(InterceptorBatchMethods* batch) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       internal::MutexLock lock(&mu_);
       if (!done_) {
@@ -591,7 +591,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     // Held here too: the attempt may end, and release its context, before
     // this function is done with it.
     const std::shared_ptr<grpc::ClientContext> context = attempt->context;
-    grpc::ClientContext &ctx = *context;
+    grpc::ClientContext& ctx = *context;
     if (attempt->deadline != absl::InfiniteFuture()) {
       ctx.set_deadline(NoLaterThanCaller(attempt->deadline, shared_->clock(),
                                          setup_.raw_deadline));
@@ -610,12 +610,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
       ctx.set_compression_algorithm(setup_.compression);
     }
     if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
-    for (const auto &kv : setup_.metadata) {
+    for (const auto& kv : setup_.metadata) {
       if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
       ctx.AddMetadata(kv.first, kv.second);
     }
     if (refreshed) {
-      for (const auto &kv : refreshed->metadata) {
+      for (const auto& kv : refreshed->metadata) {
         ctx.AddMetadata(kv.first, kv.second);
       }
     }
@@ -652,7 +652,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
       attempt = attempt_;
     }
     Pushback pushback;
-    const auto &trailers = attempt->context->GetServerTrailingMetadata();
+    const auto& trailers = attempt->context->GetServerTrailingMetadata();
     auto it = trailers.find(kPushbackTrailer);
     if (it != trailers.end() && !status.ok()) {
       pushback = ParsePushback(
@@ -751,7 +751,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     event.call_id = call_id_;
     event.code = status.error_code();
     event.decision = TraceDecision::kRetry;
-    shared_->Emit(method_, event, [&](TraceEvent &e) {
+    shared_->Emit(method_, event, [&](TraceEvent& e) {
       e.method = method_.name;
       e.idempotency_key = setup_.idempotency_key;
       e.message = status.error_message();
@@ -763,7 +763,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
 
     std::weak_ptr<CallState> weak = weak_from_this();
-    grpc::Alarm *alarm = backoff_alarm_.get();
+    grpc::Alarm* alarm = backoff_alarm_.get();
     alarm->Set(ToSystemTime(backoff_until, shared_->clock()), [weak](bool) {
       if (auto self = weak.lock()) self->StartAttempt();
     });
@@ -840,14 +840,14 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
   }
 
-  void FillBreaker(TraceEvent &e) const {
+  void FillBreaker(TraceEvent& e) const {
     if (method_.breaker == nullptr) return;
     e.breaker_key = method_.breaker_key;
     e.breaker_state = std::string(BreakerStateName(method_.breaker->state()));
   }
 
-  static bool Replaced(const Metadata &replacements, const std::string &key) {
-    for (const auto &kv : replacements) {
+  static bool Replaced(const Metadata& replacements, const std::string& key) {
+    for (const auto& kv : replacements) {
       if (kv.first == key) return true;
     }
     return false;
@@ -857,7 +857,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // (CANCELLED attempt, or cancelled alarm) then ends the call.
   void DoCancel() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<grpc::ClientContext> attempt;
-    grpc::Alarm *alarm = nullptr;
+    grpc::Alarm* alarm = nullptr;
     bool end_refresh = false;
     {
       internal::MutexLock lock(&mu_);
@@ -885,8 +885,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // `kind` and `status_class` describe the call's terminal trace event: the
   // attempt that ended it (kAttempt), or the attempt it did not send
   // (kFailFast).
-  Batches FinishLocked(const grpc::Status &status, GiveUpReason reason,
-                       Attempt *last,
+  Batches FinishLocked(const grpc::Status& status, GiveUpReason reason,
+                       Attempt* last,
                        TraceEvent::Kind kind = TraceEvent::Kind::kFailFast,
                        StatusClass status_class = StatusClass::kFatal)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -914,12 +914,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
     attempts_text_ = absl::StrCat(attempts);
     if (last != nullptr) {
       response_.Swap(&last->response);
-      for (const auto &kv : last->context->GetServerInitialMetadata()) {
+      for (const auto& kv : last->context->GetServerInitialMetadata()) {
         initial_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
       }
-      for (const auto &kv : last->context->GetServerTrailingMetadata()) {
+      for (const auto& kv : last->context->GetServerTrailingMetadata()) {
         trailing_metadata_.emplace_back(
             std::string(kv.first.data(), kv.first.size()),
             std::string(kv.second.data(), kv.second.size()));
@@ -939,10 +939,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void Conclude(Batches ready) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     // terminal_ is written once by FinishLocked, before done_; only this
     // thread reads it after.
-    TraceEvent &e = terminal_;
+    TraceEvent& e = terminal_;
     e.time = shared_->clock()->Now();
     e.call_id = call_id_;
-    shared_->Emit(method_, e, [&](TraceEvent &event) {
+    shared_->Emit(method_, e, [&](TraceEvent& event) {
       event.method = method_.name;
       event.idempotency_key = setup_.idempotency_key;
       FillBreaker(event);
@@ -965,10 +965,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
   // Fills and proceeds batches once the call is decided. Batches without the
   // status go first: the status completes the call for the application.
-  void Serve(const Batches &batches) ABSL_LOCKS_EXCLUDED(mu_) {
-    for (InterceptorBatchMethods *b : batches) Fill(b);
-    InterceptorBatchMethods *status_batch = nullptr;
-    for (InterceptorBatchMethods *b : batches) {
+  void Serve(const Batches& batches) ABSL_LOCKS_EXCLUDED(mu_) {
+    for (InterceptorBatchMethods* b : batches) Fill(b);
+    InterceptorBatchMethods* status_batch = nullptr;
+    for (InterceptorBatchMethods* b : batches) {
       if (b->QueryInterceptionHookPoint(
               InterceptionHookPoints::PRE_RECV_STATUS)) {
         status_batch = b;  // a unary call has one
@@ -981,11 +981,11 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
   // The final_* fields are written once under mu_ before done_ is set, and
   // only read after; Fill runs after that, so it reads them without the lock.
-  void Fill(InterceptorBatchMethods *b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void Fill(InterceptorBatchMethods* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
-      auto *map = b->GetRecvInitialMetadata();
-      for (const auto &kv : initial_metadata_) {
+      auto* map = b->GetRecvInitialMetadata();
+      for (const auto& kv : initial_metadata_) {
         map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
       }
     }
@@ -1007,8 +1007,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
         // receives one message: parsing may consume response_.
         grpc::Status parsed =
             grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
-                &response_, static_cast<grpc::protobuf::MessageLite *>(
-                                b->GetRecvMessage()));
+                &response_,
+                static_cast<grpc::protobuf::MessageLite*>(b->GetRecvMessage()));
         if (parsed.ok()) {
           filled = true;
         } else {
@@ -1023,8 +1023,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_STATUS)) {
       *b->GetRecvStatus() = final_status_;
-      auto *map = b->GetRecvTrailingMetadata();
-      for (const auto &kv : trailing_metadata_) {
+      auto* map = b->GetRecvTrailingMetadata();
+      for (const auto& kv : trailing_metadata_) {
         map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
       }
       map->emplace(grpc::string_ref(kAttemptsTrailer),
@@ -1033,8 +1033,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   }
 
   const std::shared_ptr<const Shared> shared_;
-  const MethodState &method_;
-  const MethodPolicy &policy_;
+  const MethodState& method_;
+  const MethodPolicy& policy_;
   Setup setup_;  // read-only once the call has started
   const uint64_t call_id_;
 
@@ -1072,10 +1072,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
  public:
-  RetryInterceptor(ClientRpcInfo *info, std::shared_ptr<const Shared> shared)
+  RetryInterceptor(ClientRpcInfo* info, std::shared_ptr<const Shared> shared)
       : info_(info), shared_(std::move(shared)) {}
 
-  void Intercept(InterceptorBatchMethods *batch) override {
+  void Intercept(InterceptorBatchMethods* batch) override {
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_CANCEL)) {
       OnCancel();
@@ -1119,12 +1119,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   }
 
   // A call tried once without hijacking has ended: report it like any other.
-  void OnFastPathStatus(InterceptorBatchMethods *batch) {
+  void OnFastPathStatus(InterceptorBatchMethods* batch) {
     static const grpc::string_ref kOne("1");
     batch->GetRecvTrailingMetadata()->emplace(
         grpc::string_ref(kAttemptsTrailer), kOne);
-    grpc::Status *status = batch->GetRecvStatus();
-    const MethodState &method = *fast_path_method_;
+    grpc::Status* status = batch->GetRecvStatus();
+    const MethodState& method = *fast_path_method_;
     TraceEvent event;
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
@@ -1153,7 +1153,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     method.FeedThrottle(event.status_class, false);
     uint64_t call_id = 0;
-    shared_->Emit(method, event, [&](TraceEvent &e) {
+    shared_->Emit(method, event, [&](TraceEvent& e) {
       e.time = shared_->clock()->Now();
       call_id = e.call_id = shared_->random()->Next64();
       e.method = method.name;
@@ -1181,18 +1181,18 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
   }
 
-  void OnFirstBatch(InterceptorBatchMethods *batch) {
-    auto *md = batch->GetSendInitialMetadata();
+  void OnFirstBatch(InterceptorBatchMethods* batch) {
+    auto* md = batch->GetSendInitialMetadata();
     // Most calls carry no metadata of their own: skip the lookups.
     const bool has_metadata = !md->empty();
     if (has_metadata && md->erase(HeaderString<kPassThroughHeader>()) > 0) {
       batch->Proceed();
       return;
     }
-    const MethodState &method =
+    const MethodState& method =
         shared_->ForMethod(info_->method(), info_->channel(), batch);
-    const ResolvedPolicy &resolved = method.resolved;
-    const MethodPolicy &policy = resolved.policy;
+    const ResolvedPolicy& resolved = method.resolved;
+    const MethodPolicy& policy = resolved.policy;
 
     // rpcguard owns the attempt header: a caller's value would lie.
     if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
@@ -1273,10 +1273,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       return;
     }
 
-    grpc::ClientContext *app = info_->client_context();
+    grpc::ClientContext* app = info_->client_context();
     auto call = std::make_shared<CallState>(
         shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
-    CallState::Setup &setup = call->setup();
+    CallState::Setup& setup = call->setup();
     setup.channel = batch->GetInterceptedChannel();
     setup.rpc_method = &method.For(info_->channel());
     // Taken, not copied: a hijacked call never sends its own message.
@@ -1312,17 +1312,17 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     batch->Hijack();
   }
 
-  ClientRpcInfo *const info_;
+  ClientRpcInfo* const info_;
   const std::shared_ptr<const Shared> shared_;
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   bool hijacked_ = false;
   // Set when the call is tried once without hijacking.
-  const MethodState *fast_path_method_ = nullptr;
+  const MethodState* fast_path_method_ = nullptr;
   std::string fast_path_key_;
   std::optional<Admission> fast_path_admission_;
   grpc::ByteBuffer fast_path_request_;  // only with a give-up hook
-  CallState *call_for_batches_ = nullptr;
+  CallState* call_for_batches_ = nullptr;
 
   // A cancel may come on any thread, before or during the first batch.
   internal::Mutex mu_;
@@ -1336,8 +1336,8 @@ class RetryInterceptorFactory final
   explicit RetryInterceptorFactory(std::shared_ptr<const Shared> shared)
       : shared_(std::move(shared)) {}
 
-  grpc::experimental::Interceptor *CreateClientInterceptor(
-      ClientRpcInfo *info) override {
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      ClientRpcInfo* info) override {
     return new RetryInterceptor(info, shared_);
   }
 
@@ -1356,14 +1356,14 @@ MakeInterceptorFactory(Options options) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
-    const std::string &target,
-    const std::shared_ptr<grpc::ChannelCredentials> &credentials,
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     Options options, grpc::ChannelArguments args) {
   // Channels to one target share their breaker and budget.
   if (options.destination.empty()) options.destination = target;
   const grpc_channel_args c_args = args.c_channel_args();
   for (size_t i = 0; i < c_args.num_args; ++i) {
-    const grpc_arg &arg = c_args.args[i];
+    const grpc_arg& arg = c_args.args[i];
     if (!options.allow_grpc_retry_policy && arg.type == GRPC_ARG_STRING &&
         absl::string_view(arg.key) == GRPC_ARG_SERVICE_CONFIG &&
         absl::string_view(arg.value.string).find("\"retryPolicy\"") !=
@@ -1384,12 +1384,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 }
 
 std::shared_ptr<Stats> DefaultStats() {
-  static const std::shared_ptr<Stats> *const stats =
+  static const std::shared_ptr<Stats>* const stats =
       new std::shared_ptr<Stats>(std::make_shared<Stats>());
   return *stats;
 }
 
-void MarkPassThrough(grpc::ClientContext *context) {
+void MarkPassThrough(grpc::ClientContext* context) {
   context->AddMetadata(kPassThroughHeader, "1");
 }
 
