@@ -52,6 +52,7 @@
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/client_callback.h>
+#include <grpcpp/version_info.h>
 
 #include <algorithm>
 #include <chrono>
@@ -372,6 +373,37 @@ bool CertainlyNotAMessage(const void* object) {
   return first_word == nullptr;
 }
 
+// Whether `batch`, the first of a call, belongs to a callback-API unary
+// call: the one API whose first attempt can be the application's own call
+// (CallState::RideFirstAttempt). The sync API cannot: it turns an OK status
+// whose message its own call did not receive into UNIMPLEMENTED, reading a
+// flag no interceptor can set; and neither API can be told from the other by
+// the operations of the batch. Where they differ is where the status the
+// application will read lives: gRPC 1.51's callback unary call allocates its
+// operations and its completion tag, whose last member is that status, in
+// the call's arena just before it starts this batch; the sync API keeps the
+// status on the caller's stack, the CQ API wherever the caller put it. So
+// the status ends right below the arena's next free byte exactly for
+// callback calls. Probing the arena costs one 16-byte allocation from it.
+// Anything else (another gRPC version, an interceptor before rpcguard that
+// allocates from the arena) answers false, which only costs the hijack.
+bool IsCallbackUnaryCall(InterceptorBatchMethods* batch,
+                         grpc::ClientContext* context) {
+#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51
+  const grpc::Status* status = batch->GetRecvStatus();
+  grpc_call* call = context->c_call();
+  if (status == nullptr || call == nullptr) return false;
+  const auto next = reinterpret_cast<uintptr_t>(grpc_call_arena_alloc(call, 1));
+  const auto end = reinterpret_cast<uintptr_t>(status + 1);
+  // The arena rounds every allocation up to 16 bytes.
+  return end <= next && next - end < 16;
+#else
+  (void)batch;
+  (void)context;
+  return false;
+#endif
+}
+
 // The serialized bytes of a ByteBuffer (for the give-up hook).
 std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -450,8 +482,8 @@ struct Attempt {
   // it holds a reference to the application's channel: destroyed last, on a
   // gRPC callback thread, the channel can take gRPC's callback thread pool
   // down from one of its own threads (gRPC 1.51 then aborts).
-  std::shared_ptr<grpc::ClientContext> context =
-      std::make_shared<grpc::ClientContext>();
+  // Null for a first attempt sent on the application's own call.
+  std::shared_ptr<grpc::ClientContext> context;
   grpc::ByteBuffer response;
   absl::Time deadline;
   // The breaker's admission of this attempt (none without a breaker).
@@ -495,6 +527,70 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { StartAttempt(); }
 
+  // Attempt 1 is the application's own call, already admitted by the
+  // breaker (`admission`): it goes to gRPC unhijacked, and rpcguard steps
+  // in only when its outcome calls for a retry (OnFirstAttemptDone).
+  // `response_object` is the application's response message.
+  void RideFirstAttempt(std::optional<Admission> admission,
+                        void* response_object) ABSL_LOCKS_EXCLUDED(mu_) {
+    response_object_ = response_object;
+    auto attempt = std::make_shared<Attempt>();
+    attempt->admission = std::move(admission);
+    internal::MutexLock lock(&mu_);
+    attempt->deadline = controller_.StartAttempt();
+    attempt_ = std::move(attempt);
+    attempt_started_ = true;
+  }
+
+  // The application's call, carrying attempt 1 (RideFirstAttempt), has
+  // received its outcome in `batch` (POST_RECV_STATUS); `channel` is the
+  // call's channel. Returns false when the call is decided and `batch`,
+  // filled, should proceed; true when rpcguard keeps it for the attempts
+  // that follow, and proceeds it itself: the caller must not touch the
+  // call again.
+  bool OnFirstAttemptDone(InterceptorBatchMethods* batch,
+                          const grpc::ChannelInterface* channel)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<Attempt> attempt;
+    {
+      internal::MutexLock lock(&mu_);
+      attempt = attempt_;
+    }
+    grpc::Status status = *batch->GetRecvStatus();
+    if (status.ok() &&
+        batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        batch->GetRecvMessage() == nullptr) {
+      // gRPC hides a response it could not parse (or none at all) and
+      // reports OK; a hijacked call would say so, and so does this one.
+      status = grpc::Status(
+          grpc::StatusCode::INTERNAL,
+          absl::StrCat("rpcguard: cannot parse the response of ", method_.name,
+                       ": the server sent none, or one not of the "
+                       "application's response type"));
+    }
+    if (!status.ok()) {
+      // What later attempts need, only now that there may be any. Written
+      // before Decide lets a canceller or an alarm run StartAttempt.
+      setup_.channel = batch->GetInterceptedChannel();
+      setup_.rpc_method = &method_.For(channel);
+    }
+    Verdict v =
+        Decide(attempt, status, *batch->GetRecvTrailingMetadata(), batch);
+    switch (v.next) {
+      case Verdict::Next::kNothing:  // cannot happen: nothing else ends it
+      case Verdict::Next::kConclude:
+        Conclude(v.ready);  // no parked batch: `batch` is served below
+        FillReceived(batch);
+        return false;
+      case Verdict::Next::kRetry:
+      case Verdict::Next::kRefresh:
+        Continue(v, status);
+        return true;
+    }
+    return false;
+  }
+
   // Ends the call before any attempt, with `status`.
   void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
       ABSL_LOCKS_EXCLUDED(mu_) {
@@ -537,6 +633,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
  private:
   void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
     auto attempt = std::make_shared<Attempt>();
+    attempt->context = std::make_shared<grpc::ClientContext>();
     // Asked before every attempt, retries included, and outside mu_: a
     // transition calls listeners on this thread.
     if (method_.breaker) attempt->admission = method_.breaker->Admit();
@@ -651,22 +748,56 @@ class CallState : public std::enable_shared_from_this<CallState> {
       self = std::move(in_flight_);
       attempt = attempt_;
     }
-    Pushback pushback;
-    const auto& trailers = attempt->context->GetServerTrailingMetadata();
-    auto it = trailers.find(kPushbackTrailer);
-    if (it != trailers.end() && !status.ok()) {
-      pushback = ParsePushback(
-          absl::string_view(it->second.data(), it->second.size()));
+    Verdict v = Decide(attempt, status,
+                       attempt->context->GetServerTrailingMetadata(), nullptr);
+    switch (v.next) {
+      case Verdict::Next::kNothing:
+        return;
+      case Verdict::Next::kConclude:
+        Conclude(v.ready);
+        return;
+      case Verdict::Next::kRetry:
+      case Verdict::Next::kRefresh:
+        Continue(v, status);
+        return;
     }
-    if (!status.ok())
-      pushback.min_delay = ParseRetryInfo(status.error_details());
+  }
 
+  // What Decide concluded, and what its caller does next.
+  struct Verdict {
+    enum class Next {
+      kNothing,   // the call had already ended
+      kConclude,  // the call is decided: Conclude(ready)
+      kRetry,     // Continue: a backoff, then the next attempt
+      kRefresh,   // Continue: a credential refresh, then the next attempt
+    };
+    Next next = Next::kNothing;
     Batches ready;
     absl::Time backoff_until;
-    bool retry = false;
-    bool refresh = false;
-    absl::Time deadline;
-    TraceEvent event;
+    absl::Time deadline;  // kRefresh: the call's
+    TraceEvent event;     // kRetry, kRefresh: the retry decision's
+  };
+
+  // Decides what follows `attempt`, which ended with `status` and
+  // `trailers`: the breaker, the controller, the throttle and the budget
+  // have their say. `hold` (may be null) is a batch of the application's
+  // call that waits for the outcome; when the call goes on it is parked in
+  // the same critical section, before anything can end the call.
+  Verdict Decide(
+      const std::shared_ptr<Attempt>& attempt, const grpc::Status& status,
+      const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+      InterceptorBatchMethods* hold) ABSL_LOCKS_EXCLUDED(mu_) {
+    Pushback pushback;
+    if (!status.ok()) {
+      auto it = trailers.find(kPushbackTrailer);
+      if (it != trailers.end()) {
+        pushback = ParsePushback(
+            absl::string_view(it->second.data(), it->second.size()));
+      }
+      pushback.min_delay = ParseRetryInfo(status.error_details());
+    }
+
+    Verdict v;
     // The breaker learns of this attempt before the decision, so that a
     // retry decided below sees a breaker this very failure opened. Outside
     // mu_: a transition calls listeners on this thread.
@@ -689,64 +820,68 @@ class CallState : public std::enable_shared_from_this<CallState> {
           AttemptResultFor(policy_.MakeClassifier().Classify(outcome),
                            outcome));
     }
-    {
-      internal::MutexLock lock(&mu_);
-      attempt_.reset();
-      if (done_) return;
-      RandomBitGen gen(shared_->random());
-      Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
-                                            cancelled_, gen);
-      // The A6 throttle sees every attempt; the budget only retries, and
-      // only those an open breaker would not refuse anyway (a refused call
-      // spends no budget).
-      const bool throttle_ok = method_.FeedThrottle(
-          d.status_class, pushback.kind == Pushback::Kind::kStop);
-      if (d.action == Decision::Action::kRetry && method_.breaker &&
-          (method_.breaker->state() == BreakerState::kOpen ||
-           method_.breaker->state() == BreakerState::kForcedOpen)) {
-        d.action = Decision::Action::kGiveUp;
-        d.reason = GiveUpReason::kBreakerOpen;
-        d.delay = absl::ZeroDuration();
-      } else if (d.action == Decision::Action::kRetry &&
-                 (!throttle_ok ||
-                  (method_.budget && !method_.budget->TryAcquireRetry()))) {
-        d.action = Decision::Action::kGiveUp;
-        d.reason = GiveUpReason::kBudgetExhausted;
-        d.delay = absl::ZeroDuration();
+    internal::MutexLock lock(&mu_);
+    attempt_.reset();
+    if (done_) return v;
+    RandomBitGen gen(shared_->random());
+    Decision d = controller_.OnAttemptEnd(status.error_code(), pushback,
+                                          cancelled_, gen);
+    // The A6 throttle sees every attempt; the budget only retries, and
+    // only those an open breaker would not refuse anyway (a refused call
+    // spends no budget).
+    const bool throttle_ok = method_.FeedThrottle(
+        d.status_class, pushback.kind == Pushback::Kind::kStop);
+    if (d.action == Decision::Action::kRetry && method_.breaker &&
+        (method_.breaker->state() == BreakerState::kOpen ||
+         method_.breaker->state() == BreakerState::kForcedOpen)) {
+      d.action = Decision::Action::kGiveUp;
+      d.reason = GiveUpReason::kBreakerOpen;
+      d.delay = absl::ZeroDuration();
+    } else if (d.action == Decision::Action::kRetry &&
+               (!throttle_ok ||
+                (method_.budget && !method_.budget->TryAcquireRetry()))) {
+      d.action = Decision::Action::kGiveUp;
+      d.reason = GiveUpReason::kBudgetExhausted;
+      d.delay = absl::ZeroDuration();
+    }
+    if (d.action == Decision::Action::kRefreshAuth) {
+      v.next = Verdict::Next::kRefresh;
+      refreshing_ = true;
+      last_status_ = status;
+      last_attempt_ = attempt;
+      v.deadline = controller_.deadline();
+      if (v.deadline != absl::InfiniteFuture()) {
+        refresh_alarm_ = std::make_unique<grpc::Alarm>();
       }
-      if (d.action == Decision::Action::kRefreshAuth) {
-        refresh = true;
-        refreshing_ = true;
-        last_status_ = status;
-        last_attempt_ = attempt;
-        deadline = controller_.deadline();
-        if (deadline != absl::InfiniteFuture()) {
-          refresh_alarm_ = std::make_unique<grpc::Alarm>();
-        }
-      } else if (d.action == Decision::Action::kRetry) {
-        retry = true;
-        backoff_until = shared_->clock()->Now() + d.delay;
-        backoff_alarm_ = std::make_unique<grpc::Alarm>();
-        backoff_armed_ = false;
-      } else {
-        grpc::Status final = status;
-        if (cancelled_ && !status.ok()) {
-          final = grpc::Status(grpc::StatusCode::CANCELLED,
-                               "call cancelled by the caller");
-        }
-        ready = FinishLocked(final, d.reason, attempt.get(),
+    } else if (d.action == Decision::Action::kRetry) {
+      v.next = Verdict::Next::kRetry;
+      v.backoff_until = shared_->clock()->Now() + d.delay;
+      backoff_alarm_ = std::make_unique<grpc::Alarm>();
+      backoff_armed_ = false;
+    } else {
+      grpc::Status final = status;
+      if (cancelled_ && !status.ok()) {
+        final = grpc::Status(grpc::StatusCode::CANCELLED,
+                             "call cancelled by the caller");
+      }
+      v.next = Verdict::Next::kConclude;
+      v.ready = FinishLocked(final, d.reason, attempt.get(),
                              TraceEvent::Kind::kAttempt, d.status_class);
-      }
-      event.attempt = controller_.attempts();
-      event.status_class = d.status_class;
-      event.backoff = d.delay;
-      event.deadline_left = controller_.Remaining();
+      return v;
     }
-    if (!retry && !refresh) {
-      Conclude(std::move(ready));
-      return;
-    }
-    // A retry decision (a new backoff, or a credential refresh).
+    if (hold != nullptr) parked_.push_back(hold);
+    v.event.attempt = controller_.attempts();
+    v.event.status_class = d.status_class;
+    v.event.backoff = d.delay;
+    v.event.deadline_left = controller_.Remaining();
+    return v;
+  }
+
+  // Carries out a retry decision of Decide (kRetry or kRefresh) for an
+  // attempt that ended with `status`.
+  void Continue(Verdict& v, const grpc::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    TraceEvent& event = v.event;
     event.time = shared_->clock()->Now();
     event.call_id = call_id_;
     event.code = status.error_code();
@@ -757,14 +892,14 @@ class CallState : public std::enable_shared_from_this<CallState> {
       e.message = status.error_message();
       FillBreaker(e);
     });
-    if (refresh) {
-      BeginRefresh(deadline);
+    if (v.next == Verdict::Next::kRefresh) {
+      BeginRefresh(v.deadline);
       return;
     }
 
     std::weak_ptr<CallState> weak = weak_from_this();
     grpc::Alarm* alarm = backoff_alarm_.get();
-    alarm->Set(ToSystemTime(backoff_until, shared_->clock()), [weak](bool) {
+    alarm->Set(ToSystemTime(v.backoff_until, shared_->clock()), [weak](bool) {
       if (auto self = weak.lock()) self->StartAttempt();
     });
     bool cancel_now;
@@ -912,7 +1047,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
                                                        attempts, reason),
                                        status.error_details());
     attempts_text_ = absl::StrCat(attempts);
-    if (last != nullptr) {
+    // The application's own call carried the final attempt: its response
+    // and metadata are already where the application reads them.
+    final_from_app_call_ = last != nullptr && last->context == nullptr;
+    if (last != nullptr && last->context != nullptr) {
       response_.Swap(&last->response);
       for (const auto& kv : last->context->GetServerInitialMetadata()) {
         initial_metadata_.emplace_back(
@@ -979,9 +1117,73 @@ class CallState : public std::enable_shared_from_this<CallState> {
     if (status_batch != nullptr) status_batch->Proceed();
   }
 
+  // Parses the final response into the application's response object; on a
+  // failure (the call's or the parse's) leaves it alone and returns false.
+  bool FillMessage(void* object) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!final_status_.ok()) return false;
+    if (CertainlyNotAMessage(object)) {
+      final_status_ = grpc::Status(
+          grpc::StatusCode::INTERNAL,
+          absl::StrCat("rpcguard: the response object of ", method_.name,
+                       " is not a protobuf message (a grpc::GenericStub "
+                       "call with grpc::ByteBuffer?); call "
+                       "rpcguard::MarkPassThrough(&context) before such "
+                       "calls"));
+      return false;
+    }
+    // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
+    // ByteBuffer callers must opt out (MarkPassThrough). A unary call
+    // receives one message: parsing may consume response_.
+    grpc::Status parsed =
+        grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
+            &response_, static_cast<grpc::protobuf::MessageLite*>(object));
+    if (!parsed.ok()) {
+      final_status_ = grpc::Status(
+          grpc::StatusCode::INTERNAL,
+          absl::StrCat("rpcguard: cannot parse the response of ", method_.name,
+                       ": ", parsed.error_message()));
+      return false;
+    }
+    return true;
+  }
+
+  // Fills the receive batch of an application's call that carried the
+  // first attempt itself (RideFirstAttempt), after gRPC received its
+  // outcome: the final attempt's metadata, response and status replace the
+  // first attempt's, unless the first attempt is the final one.
+  void FillReceived(InterceptorBatchMethods* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    auto* trailing = b->GetRecvTrailingMetadata();
+    if (!final_from_app_call_) {
+      if (b->QueryInterceptionHookPoint(
+              InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+        auto* map = b->GetRecvInitialMetadata();
+        map->clear();
+        for (const auto& kv : initial_metadata_) {
+          map->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+        }
+      }
+      // The batch's own message pointer is null after a failed attempt:
+      // the object was captured with the first batch.
+      FillMessage(response_object_);
+      trailing->clear();
+      for (const auto& kv : trailing_metadata_) {
+        trailing->emplace(grpc::string_ref(kv.first),
+                          grpc::string_ref(kv.second));
+      }
+    }
+    *b->GetRecvStatus() = final_status_;
+    trailing->emplace(grpc::string_ref(kAttemptsTrailer),
+                      grpc::string_ref(attempts_text_));
+  }
+
   // The final_* fields are written once under mu_ before done_ is set, and
   // only read after; Fill runs after that, so it reads them without the lock.
   void Fill(InterceptorBatchMethods* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_STATUS)) {
+      FillReceived(b);
+      return;
+    }
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
       auto* map = b->GetRecvInitialMetadata();
@@ -991,34 +1193,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
     }
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_MESSAGE)) {
-      bool filled = false;
-      if (final_status_.ok() && CertainlyNotAMessage(b->GetRecvMessage())) {
-        final_status_ = grpc::Status(
-            grpc::StatusCode::INTERNAL,
-            absl::StrCat("rpcguard: the response object of ", method_.name,
-                         " is not a protobuf message (a grpc::GenericStub "
-                         "call with grpc::ByteBuffer?); call "
-                         "rpcguard::MarkPassThrough(&context) before such "
-                         "calls"));
-      }
-      if (final_status_.ok()) {
-        // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
-        // ByteBuffer callers must opt out (MarkPassThrough). A unary call
-        // receives one message: parsing may consume response_.
-        grpc::Status parsed =
-            grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
-                &response_,
-                static_cast<grpc::protobuf::MessageLite*>(b->GetRecvMessage()));
-        if (parsed.ok()) {
-          filled = true;
-        } else {
-          final_status_ = grpc::Status(
-              grpc::StatusCode::INTERNAL,
-              absl::StrCat("rpcguard: cannot parse the response of ",
-                           method_.name, ": ", parsed.error_message()));
-        }
-      }
-      if (!filled) b->FailHijackedRecvMessage();
+      if (!FillMessage(b->GetRecvMessage())) b->FailHijackedRecvMessage();
     }
     if (b->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_RECV_STATUS)) {
@@ -1060,8 +1235,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::unique_ptr<grpc::Alarm> refresh_alarm_;
   Batches parked_ ABSL_GUARDED_BY(mu_);
 
+  // The application's response object, for a call whose first attempt is
+  // its own (RideFirstAttempt).
+  void* response_object_ = nullptr;
   // The outcome, written once by FinishLocked. The application's metadata
   // maps point into these strings, so they live as long as the call.
+  bool final_from_app_call_ = false;
   grpc::Status final_status_;
   grpc::ByteBuffer response_;
   Metadata initial_metadata_;
@@ -1097,6 +1276,15 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                       batch->QueryInterceptionHookPoint(
                           InterceptionHookPoints::PRE_RECV_STATUS))) {
       call_for_batches_->Park(batch);
+      return;
+    }
+    if (riding_ && batch->QueryInterceptionHookPoint(
+                       InterceptionHookPoints::POST_RECV_STATUS)) {
+      // Kept for a retry: rpcguard proceeds it, and `this` may be gone.
+      if (call_for_batches_->OnFirstAttemptDone(batch, info_->channel())) {
+        return;
+      }
+      batch->Proceed();
       return;
     }
     if (fast_path_method_ != nullptr &&
@@ -1237,14 +1425,26 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
             : policy.idempotency;
     const bool may_repeat =
         MayRepeat(idempotency) && policy.retry.max_attempts > 1;
-    bool needs_hijack = !reject.ok() || may_repeat ||
+    bool needs_hijack = !reject.ok() ||
                         policy.timeout != absl::InfiniteDuration() ||
                         policy.wait_for_ready.has_value();
+    // A call that may be retried needs rpcguard to own its outcome. Through
+    // the callback API that can wait until attempt 1, the application's own
+    // call, has failed (RideFirstAttempt); through the others it means
+    // hijacking from the start.
+    bool ride = false;
+    if (!needs_hijack && may_repeat &&
+        policy.per_attempt_timeout == absl::InfiniteDuration()) {
+      // (An attempt's own deadline cannot be put on the application's call.)
+      ride = IsCallbackUnaryCall(batch, info_->client_context()) &&
+             !CertainlyNotAMessage(batch->GetRecvMessage());
+    }
+    needs_hijack = needs_hijack || (may_repeat && !ride);
 
-    // The fast path asks the breaker here; a hijacked call asks before each
-    // attempt.
+    // A call sent unhijacked asks the breaker here; a hijacked call asks
+    // before each attempt.
     GiveUpReason reject_reason = GiveUpReason::kNone;
-    if (!needs_hijack && reject.ok() && method.breaker) {
+    if (!needs_hijack && method.breaker) {
       fast_path_admission_ = method.breaker->Admit();
       if (!fast_path_admission_->allowed()) {
         reject = grpc::Status(
@@ -1254,43 +1454,71 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         reject_reason = GiveUpReason::kBreakerOpen;
         fast_path_admission_.reset();
         needs_hijack = true;
+        ride = false;
+      }
+    }
+
+    grpc::ClientContext* app = info_->client_context();
+    std::shared_ptr<CallState> call;
+    if (needs_hijack || ride) {
+      call = std::make_shared<CallState>(
+          shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
+      CallState::Setup& setup = call->setup();
+      setup.credentials = app->credentials();
+      setup.compression = app->compression_algorithm();
+      setup.raw_deadline = app->raw_deadline();
+      setup.idempotency_key =
+          keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
+      if (has_metadata) {
+        md->erase(HeaderString<kIdempotencyKeyHeader>());
+        setup.metadata.assign(md->begin(), md->end());
       }
     }
 
     if (!needs_hijack) {
       if (method.budget) method.budget->RecordFirstAttempt();
-      // Tried once, exactly as without rpcguard, plus the metadata.
-      fast_path_key_ = keys > 0 ? key : NewUuidV4(*shared_->random());
-      if (keys == 0) {
-        md->emplace(HeaderString<kIdempotencyKeyHeader>(), fast_path_key_);
+      // Sent as without rpcguard, plus the metadata.
+      const std::string& sent_key =
+          ride ? call->setup().idempotency_key
+               : (fast_path_key_ =
+                      keys > 0 ? key : NewUuidV4(*shared_->random()));
+      if (ride || keys == 0) {
+        md->emplace(HeaderString<kIdempotencyKeyHeader>(), sent_key);
       }
       md->emplace(HeaderString<kAttemptHeader>(), "1");
-      if (shared_->give_up_hook()) {
-        fast_path_request_ = *batch->GetSerializedSendMessage();
+      if (!ride) {
+        // Tried once, never retried.
+        if (shared_->give_up_hook()) {
+          fast_path_request_ = *batch->GetSerializedSendMessage();
+        }
+        fast_path_method_ = &method;
+        batch->Proceed();
+        return;
       }
-      fast_path_method_ = &method;
+      // Copied: the application's call sends the request too.
+      call->setup().request = *batch->GetSerializedSendMessage();
+      call->RideFirstAttempt(std::move(fast_path_admission_),
+                             batch->GetRecvMessage());
+      fast_path_admission_.reset();
+      bool cancelled;
+      {
+        internal::MutexLock lock(&mu_);
+        call_ = call;
+        cancelled = cancelled_;
+      }
+      // A cancel that came before call_ was set: the call must not retry.
+      if (cancelled) call->Cancel();
+      call_for_batches_ = call.get();
+      riding_ = true;
       batch->Proceed();
       return;
     }
 
-    grpc::ClientContext* app = info_->client_context();
-    auto call = std::make_shared<CallState>(
-        shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
     CallState::Setup& setup = call->setup();
     setup.channel = batch->GetInterceptedChannel();
     setup.rpc_method = &method.For(info_->channel());
     // Taken, not copied: a hijacked call never sends its own message.
     setup.request.Swap(batch->GetSerializedSendMessage());
-    setup.credentials = app->credentials();
-    setup.compression = app->compression_algorithm();
-    setup.raw_deadline = app->raw_deadline();
-    setup.idempotency_key =
-        keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
-    if (has_metadata) {
-      md->erase(HeaderString<kIdempotencyKeyHeader>());
-      setup.metadata.assign(md->begin(), md->end());
-    }
-
     bool cancelled;
     {
       internal::MutexLock lock(&mu_);
@@ -1317,6 +1545,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   bool hijacked_ = false;
+  // Set when attempt 1 is the application's own call
+  // (CallState::RideFirstAttempt).
+  bool riding_ = false;
   // Set when the call is tried once without hijacking.
   const MethodState* fast_path_method_ = nullptr;
   std::string fast_path_key_;

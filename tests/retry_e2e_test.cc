@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -278,6 +279,60 @@ TEST_P(RetryE2ETest, RetriesReachSuccess) {
   EXPECT_EQ(reply.attempts_seen(), 3);
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
   EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "3");
+}
+
+// The application sees the final attempt's metadata, never a mix: through
+// the callback API attempt 1 is the application's own call, whose metadata
+// rpcguard replaces when a later attempt decides the call.
+TEST_P(RetryE2ETest, MetadataIsTheFinalAttemptsOnly) {
+  for (int fail_first : {0, 2}) {
+    FaultRequest req;
+    req.set_op_id(Op("md"));
+    req.set_fail_first(fail_first);
+    req.set_echo_attempt_metadata(true);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const std::string final_attempt = absl::StrCat(fail_first + 1);
+    EXPECT_EQ(reply.attempts_seen(), fail_first + 1);
+    const auto& initial = ctx.GetServerInitialMetadata();
+    ASSERT_EQ(initial.count("fault-attempt"), 1u)
+        << "fail_first=" << fail_first;
+    EXPECT_EQ(initial.find("fault-attempt")->second, final_attempt);
+    const auto& trailing = ctx.GetServerTrailingMetadata();
+    ASSERT_EQ(trailing.count("fault-attempt-trailer"), 1u);
+    EXPECT_EQ(trailing.find("fault-attempt-trailer")->second, final_attempt);
+    EXPECT_EQ(trailing.count("rpcguard-attempts"), 1u);
+    EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), final_attempt);
+  }
+}
+
+// Which calls rpcguard sends unhijacked. A hijacked application call never
+// starts in gRPC, so it never learns its peer address; one that carried
+// attempt 1 itself does.
+// Through the callback API a retriable call rides its own call until a
+// retry is needed; the sync API cannot (it would report UNIMPLEMENTED for a
+// message a later attempt received) and the CQ API is not told apart from it.
+TEST_P(RetryE2ETest, OnlyCallbackCallsCarryTheirOwnFirstAttempt) {
+  for (int fail_first : {0, 1}) {
+    FaultRequest req;
+    req.set_op_id(Op("peer"));
+    req.set_fail_first(fail_first);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+    EXPECT_EQ(reply.attempts_seen(), fail_first + 1);
+    // A started call names the address it reached ("ipv4:127.0.0.1:port");
+    // one never started, only the channel's target.
+    const bool rode = absl::StartsWith(ctx.peer(), "ipv4:");
+    EXPECT_EQ(rode, GetParam() == StubKind::kCallback)
+        << "peer: " << ctx.peer() << ", fail_first=" << fail_first;
+  }
 }
 
 TEST_P(RetryE2ETest, SuccessfulCallsNeverRetry) {

@@ -186,6 +186,10 @@ class FaultServer::Impl final
     reply->set_idempotency_key(key);
     reply->set_attempt_header(attempt_header);
     reply->set_payload(req->payload());
+    if (req->echo_attempt_metadata()) {
+      ctx->AddInitialMetadata("fault-attempt", absl::StrCat(attempt));
+      ctx->AddTrailingMetadata("fault-attempt-trailer", absl::StrCat(attempt));
+    }
 
     grpc::Status status = grpc::Status::OK;
     if (unauthenticated) {
