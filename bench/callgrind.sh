@@ -6,11 +6,13 @@
 #
 # Runs //bench:compare (built -c opt) under callgrind for the scenario
 # none/STUB/c1 (no faults, one caller), once per CLIENT (default: plain
-# rpcguard; also pass-through, grpc-retry). The fault server runs natively in
-# its own process: valgrind does not follow the fork. compare zeroes
-# callgrind's counters when the measured load starts and dumps them when it
-# ends (CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT in bench/load.cc), so
-# the dump used holds exactly N calls and nothing of start-up or warm-up.
+# rpcguard; also pass-through, hijack-floor, grpc-retry; e.g. `hijack-floor
+# rpcguard` shows what rpcguard adds to the hijacking mechanism). The fault
+# server runs natively in its own process: valgrind does not follow the
+# fork. compare zeroes callgrind's counters when the measured load starts and
+# dumps them when it ends (CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT in
+# bench/load.cc), so the dump used holds exactly N calls and nothing of
+# start-up or warm-up.
 # For each client the command is:
 #
 #   valgrind --tool=callgrind --dump-instr=no \
@@ -47,7 +49,7 @@ for arg in "$@"; do
     --stub=*) stub=${arg#--stub=} ;;
     --calls=*) calls=${arg#--calls=} ;;
     --out=*) out=${arg#--out=} ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     -*) echo "callgrind.sh: unknown flag $arg" >&2; exit 2 ;;
     *) clients+=("$arg") ;;
   esac
@@ -136,9 +138,12 @@ echo "## $last: rpcguard's own functions, inclusive (top 30)"
 echo
 echo "| Ir/call | % of $last total | function |"
 echo "|---:|---:|---|"
+# Top 30 with sed, not head: head closes the pipe early, and when sort has
+# more than a pipe buffer left to write its SIGPIPE ends the script
+# (pipefail).
 grep -E 'rpcguard::' "$out/$last.inclusive.tsv" |
   grep -vE 'rpcguard::(bench|testing)::' |
-  sort -t$'\t' -k1,1 -gr | head -30 |
+  sort -t$'\t' -k1,1 -gr | sed -n '1,30p' |
   awk -F'\t' -v t="${total[$last]}" -v n="$calls" \
     '{ name = $2; if (length(name) > 150) name = substr(name, 1, 147) "...";
        printf "| %.0f | %.2f%% | `%s` |\n", $1, 100 * $1 * n / t, name }'
@@ -175,7 +180,7 @@ if [ "$first" != "$last" ]; then
     }' "$out/$first.exclusive.tsv" "$out/$last.exclusive.tsv" |
     awk -F'\t' -v t1="${total[$first]}" -v t2="${total[$last]}" -v n="$calls" \
       '$2 < 0.1 * t1 / n && $3 < 0.1 * t2 / n' |
-    sort -t$'\t' -k1,1 -gr | head -30 |
+    sort -t$'\t' -k1,1 -gr | sed -n '1,30p' |
     awk -F'\t' '{ name = $4; if (length(name) > 150) name = substr(name, 1, 147) "...";
                   printf "| %+.0f | %.0f | %.0f | `%s` |\n", $1, $2, $3, name }'
 fi

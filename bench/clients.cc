@@ -3,11 +3,17 @@
 #include "bench/clients.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_callback.h>
 #include <grpcpp/support/client_interceptor.h>
 
 #include <cstdio>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +27,7 @@ namespace {
 
 using ::grpc::experimental::ClientInterceptorFactoryInterface;
 using ::grpc::experimental::ClientRpcInfo;
+using ::grpc::experimental::InterceptionHookPoints;
 using ::grpc::experimental::InterceptorBatchMethods;
 
 // The floor for any interceptor design: it only proceeds.
@@ -36,6 +43,186 @@ class PassThroughFactory final : public ClientInterceptorFactoryInterface {
   grpc::experimental::Interceptor* CreateClientInterceptor(
       ClientRpcInfo* /*info*/) override {
     return new PassThroughInterceptor;
+  }
+};
+
+// One call of HijackFloorInterceptor: what its single attempt needs, and the
+// application's receiving batch while it waits. Heap-allocated; no reference
+// count: it is deleted by whichever of the two parties that meet here (the
+// attempt's completion, the parked batch) comes second, which is the one
+// that serves the batch.
+class HijackFloorCall {
+ public:
+  // Takes the application's serialized `request`: it is never sent on the
+  // application's call.
+  HijackFloorCall(const char* method, grpc::ByteBuffer* request)
+      : method_(method) {
+    request_.Swap(request);
+  }
+
+  // Starts the attempt, a callback-API call on `channel` (the channel below
+  // the interceptor) with the caller's deadline.
+  void Start(grpc::ChannelInterface* channel, gpr_timespec deadline) {
+    context_.emplace();
+    context_->set_deadline(deadline);
+    // One pointer: the std::function keeps it without an allocation.
+    HijackFloorCall* const self = this;
+    grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel,
+        grpc::internal::RpcMethod(method_.c_str(),
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &*context_, &request_, &response_, [self](grpc::Status status) {
+          self->OnAttemptDone(std::move(status));
+        });
+  }
+
+  // The application's batch that waits for the result (receive message and
+  // status): parks it until the attempt has ended, or serves it at once.
+  // `this` may be gone when it returns.
+  void Park(InterceptorBatchMethods* batch) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) {
+        parked_ = batch;
+        return;
+      }
+    }
+    Serve(std::unique_ptr<HijackFloorCall>(this), batch);
+  }
+
+ private:
+  // On a gRPC callback thread. `this` may be gone when it returns.
+  void OnAttemptDone(grpc::Status status) {
+    InterceptorBatchMethods* batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = std::move(status);
+      done_ = true;
+      batch = parked_;
+    }
+    if (batch != nullptr) Serve(std::unique_ptr<HijackFloorCall>(this), batch);
+  }
+
+  // Fills `batch` from the attempt, ends `call`, then proceeds `batch`. Runs
+  // once per call, after done_, so it reads the outcome without mu_.
+  static void Serve(std::unique_ptr<HijackFloorCall> call,
+                    InterceptorBatchMethods* batch) {
+    grpc::Status& status = call->status_;
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_MESSAGE)) {
+      bool filled = false;
+      if (status.ok()) {
+        // Generated stubs receive into a protobuf message. Deserialize
+        // consumes the response: nothing is copied.
+        grpc::Status parsed =
+            grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
+                &call->response_, static_cast<grpc::protobuf::MessageLite*>(
+                                      batch->GetRecvMessage()));
+        if (parsed.ok()) {
+          filled = true;
+        } else {
+          // What gRPC itself reports for a response it cannot parse.
+          status = std::move(parsed);
+        }
+      }
+      if (!filled) batch->FailHijackedRecvMessage();
+    }
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_STATUS)) {
+      *batch->GetRecvStatus() = std::move(status);
+    }
+    // The attempt's ClientContext holds a reference to the application's
+    // channel: it goes before the application's call can end, so that it is
+    // never the last reference, dropped on a gRPC callback thread (which can
+    // abort gRPC 1.51; see HoldCallbackThreads in clients.h).
+    call.reset();
+    batch->Proceed();
+  }
+
+  // The method's name: ClientRpcInfo's pointer can die before the attempt
+  // does (GenericStub callers).
+  std::string method_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  // The attempt's; in place, to spare an allocation.
+  std::optional<grpc::ClientContext> context_;
+
+  std::mutex mu_;
+  bool done_ = false;                          // guarded by mu_
+  grpc::Status status_;                        // written under mu_ before done_
+  InterceptorBatchMethods* parked_ = nullptr;  // guarded by mu_
+};
+
+// The floor for any retrying interceptor built on hijacking: every unary
+// call is hijacked and tried exactly once, as an attempt of its own on the
+// channel below, with nothing added (no retries, no metadata, no policy).
+// What it costs beyond pass-through is the mechanism itself: a second call
+// and ClientContext per call, the hijacked batches, a thread hop on the
+// attempt's completion.
+class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit HijackFloorInterceptor(ClientRpcInfo* info) : info_(info) {}
+
+  void Intercept(InterceptorBatchMethods* batch) override {
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_CANCEL)) {
+      // No cancel support: the floor measures the no-failure path. A
+      // cancelled call still waits for its attempt, which ends by the
+      // caller's deadline at the latest. gRPC continues a cancel batch by
+      // itself.
+      return;
+    }
+    if (info_->type() != ClientRpcInfo::Type::UNARY) {
+      batch->Proceed();
+      return;
+    }
+    if (!hijacked_ &&
+        batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_INITIAL_METADATA) &&
+        batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_MESSAGE)) {
+      OnFirstBatch(batch);
+      return;  // `this` may be gone.
+    }
+    // Hijack() re-enters here with the batch's receive hooks. Initial
+    // metadata alone needs nothing from the attempt (none is copied).
+    if (hijacked_ && (batch->QueryInterceptionHookPoint(
+                          InterceptionHookPoints::PRE_RECV_MESSAGE) ||
+                      batch->QueryInterceptionHookPoint(
+                          InterceptionHookPoints::PRE_RECV_STATUS))) {
+      call_->Park(batch);
+      return;  // `this` may be gone.
+    }
+    batch->Proceed();
+  }
+
+ private:
+  // Takes what the attempt needs, starts it and hijacks the call.
+  void OnFirstBatch(InterceptorBatchMethods* batch) {
+    auto* call =
+        new HijackFloorCall(info_->method(), batch->GetSerializedSendMessage());
+    // Only needed to create the attempt's call.
+    const std::unique_ptr<grpc::ChannelInterface> channel =
+        batch->GetInterceptedChannel();
+    call_ = call;
+    hijacked_ = true;
+    call->Start(channel.get(), info_->client_context()->raw_deadline());
+    // Re-enters Intercept() with this batch's receive hooks, which park.
+    batch->Hijack();
+  }
+
+  ClientRpcInfo* const info_;
+  // Written by the first batch before Hijack(); read only by the batch that
+  // Hijack() re-enters with, before it is parked.
+  bool hijacked_ = false;
+  HijackFloorCall* call_ = nullptr;
+};
+
+class HijackFloorFactory final : public ClientInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      ClientRpcInfo* info) override {
+    return new HijackFloorInterceptor(info);
   }
 };
 
@@ -65,6 +252,8 @@ absl::string_view ClientName(ClientKind kind) {
       return "plain";
     case ClientKind::kPassThrough:
       return "pass-through";
+    case ClientKind::kHijackFloor:
+      return "hijack-floor";
     case ClientKind::kGrpcRetry:
       return "grpc-retry";
     case ClientKind::kRpcguard:
@@ -79,7 +268,8 @@ absl::StatusOr<ClientKind> ParseClientName(absl::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown client \"", name,
-                   "\" (want plain, pass-through, grpc-retry or rpcguard)"));
+                   "\" (want plain, pass-through, hijack-floor, grpc-retry or "
+                   "rpcguard)"));
 }
 
 std::string ServiceConfigJson(const RetrySettings& retry) {
@@ -132,6 +322,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
     case ClientKind::kPassThrough: {
       std::vector<std::unique_ptr<ClientInterceptorFactoryInterface>> factories;
       factories.push_back(std::make_unique<PassThroughFactory>());
+      return grpc::experimental::CreateCustomChannelWithInterceptors(
+          target, grpc::InsecureChannelCredentials(), BaseArgs(),
+          std::move(factories));
+    }
+    case ClientKind::kHijackFloor: {
+      std::vector<std::unique_ptr<ClientInterceptorFactoryInterface>> factories;
+      factories.push_back(std::make_unique<HijackFloorFactory>());
       return grpc::experimental::CreateCustomChannelWithInterceptors(
           target, grpc::InsecureChannelCredentials(), BaseArgs(),
           std::move(factories));

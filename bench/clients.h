@@ -1,11 +1,16 @@
 // Copyright rpcguard authors.
 //
-// The four clients the benchmarks compare, each a channel to the same fault
+// The five clients the benchmarks compare, each a channel to the same fault
 // server with the same retry parameters where it retries at all:
 //
 //   kPlain        a plain channel: the floor;
 //   kPassThrough  an interceptor that only calls Proceed: the floor for any
 //                 interceptor design;
+//   kHijackFloor  an interceptor that hijacks every unary call and makes
+//                 exactly one attempt on the channel below it, nothing else
+//                 (no retries, metadata or policy): the floor for any
+//                 retrying interceptor built on gRPC's hijacking, which
+//                 rpcguard is;
 //   kGrpcRetry    gRPC's built-in retry: the parameters as a service-config
 //                 retryPolicy (plus retryThrottling when the scenario has a
 //                 budget), on a plain grpc::CreateCustomChannel;
@@ -34,13 +39,19 @@
 namespace rpcguard {
 namespace bench {
 
-enum class ClientKind { kPlain, kPassThrough, kGrpcRetry, kRpcguard };
+enum class ClientKind {
+  kPlain,
+  kPassThrough,
+  kHijackFloor,
+  kGrpcRetry,
+  kRpcguard
+};
 
 inline constexpr ClientKind kAllClients[] = {
-    ClientKind::kPlain, ClientKind::kPassThrough, ClientKind::kGrpcRetry,
-    ClientKind::kRpcguard};
+    ClientKind::kPlain, ClientKind::kPassThrough, ClientKind::kHijackFloor,
+    ClientKind::kGrpcRetry, ClientKind::kRpcguard};
 
-// "plain", "pass-through", "grpc-retry", "rpcguard".
+// "plain", "pass-through", "hijack-floor", "grpc-retry", "rpcguard".
 absl::string_view ClientName(ClientKind kind);
 // Parses the names above.
 absl::StatusOr<ClientKind> ParseClientName(absl::string_view name);

@@ -1,8 +1,10 @@
 // Copyright rpcguard authors.
 //
 // compare: rpcguard side by side with a plain channel, a pass-through
-// interceptor and gRPC's built-in retry, against the fault server running as
-// a separate process on 127.0.0.1.
+// interceptor, a hijacking interceptor that makes one attempt and nothing
+// else (the floor of the mechanism rpcguard is built on) and gRPC's built-in
+// retry, against the fault server running as a separate process on
+// 127.0.0.1.
 //
 //   ./bazelw run -c opt //bench:compare -- [--quick] [--json=PATH]
 //   ./bazelw run -c opt //bench:compare -- --headline [--quick]
@@ -51,14 +53,15 @@ namespace {
 using ::rpcguard::testing::v1::FaultService;
 
 constexpr char kUsage[] =
-    R"(compare: rpcguard beside a plain channel, a pass-through interceptor and
-gRPC's built-in retry, same load, same deadline, server in its own process.
+    R"(compare: rpcguard beside a plain channel, a pass-through interceptor, a
+hijacking interceptor that makes one attempt (hijack-floor) and gRPC's built-in
+retry, same load, same deadline, server in its own process.
 
 Modes (one per run):
   (default)          every scenario x client; a markdown table on stdout
   --headline         no-failure client CPU per call, sync and callback stub,
-                     1 caller: median of rounds, ratios vs plain and
-                     pass-through measured in the same run
+                     1 caller: median of rounds, ratios vs plain,
+                     pass-through and hijack-floor measured in the same run
   --soak[=N]         N calls through rpcguard (default 1,000,000; 100,000
                      with --quick), 10% UNAVAILABLE, reports RSS growth
 
@@ -68,8 +71,8 @@ Flags:
   --only=TEXT        only scenarios whose key contains TEXT, e.g. none/sync/c1
                      (keys: FAULT/STUB/cN, FAULT one of none fail10 fail30
                      outage slow)
-  --clients=A,B      only these clients (plain, pass-through, grpc-retry,
-                     rpcguard)
+  --clients=A,B      only these clients (plain, pass-through, hijack-floor,
+                     grpc-retry, rpcguard)
   --calls=N          calls per cell of a call-count scenario (default 3000;
                      300 with --quick), per round in --headline
   --seconds=S        length of a time-bound cell (outage, slow; default 4,
@@ -818,19 +821,24 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
       static_cast<long long>(calls), rounds);
   std::printf(
       "| stub | client | CPU µs/call | min | max | vs plain | vs "
-      "pass-through | cs/call | ok |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+      "pass-through | vs hijack-floor | cs/call | ok |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // A row's median against `base`'s in the same stub; "-" when `base` was
+  // not measured.
+  auto versus = [&](const Row& r, ClientKind base) -> std::string {
+    const double b = median_of(r.stub, base);
+    return b > 0 ? absl::StrFormat("%.2fx", r.median / b) : "-";
+  };
   for (const Row& r : rows) {
-    const double plain = median_of(r.stub, ClientKind::kPlain);
-    const double pass = median_of(r.stub, ClientKind::kPassThrough);
     std::printf(
-        "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %.2f | %lld/%lld |\n",
+        "| %s | %s | %.1f | %.1f | %.1f | %s | %s | %s | %.2f | %lld/%lld |\n",
         std::string(StubName(r.stub)).c_str(),
         std::string(ClientName(r.client)).c_str(), r.median,
         *std::min_element(r.cpu_us.begin(), r.cpu_us.end()),
         *std::max_element(r.cpu_us.begin(), r.cpu_us.end()),
-        plain > 0 ? absl::StrFormat("%.2fx", r.median / plain).c_str() : "-",
-        pass > 0 ? absl::StrFormat("%.2fx", r.median / pass).c_str() : "-",
+        versus(r, ClientKind::kPlain).c_str(),
+        versus(r, ClientKind::kPassThrough).c_str(),
+        versus(r, ClientKind::kHijackFloor).c_str(),
         r.calls > 0 ? static_cast<double>(r.context_switches) / r.calls : 0.0,
         static_cast<long long>(r.ok), static_cast<long long>(r.calls));
   }
@@ -847,10 +855,11 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
     double target;
     double goal;
   };
+  const Target targets[] = {
+      {StubKind::kSync, ClientKind::kPlain, 1.25, 1.15},
+      {StubKind::kCallback, ClientKind::kPassThrough, 1.10, 1.00}};
   std::printf("\n");
-  for (const Target& t :
-       {Target{StubKind::kSync, ClientKind::kPlain, 1.25, 1.15},
-        Target{StubKind::kCallback, ClientKind::kPassThrough, 1.10, 1.00}}) {
+  for (const Target& t : targets) {
     const double base = median_of(t.stub, t.base);
     const double rg = median_of(t.stub, ClientKind::kRpcguard);
     if (base <= 0 || rg <= 0) continue;
@@ -866,6 +875,34 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
         paired(t.stub, ClientKind::kRpcguard, t.base),
         min_of(t.stub, ClientKind::kRpcguard) / min_of(t.stub, t.base));
   }
+  // rpcguard must hijack every retriable call: how much of its cost over
+  // the target's baseline is the hijacking mechanism (hijack-floor) and how
+  // much is rpcguard's own work.
+  for (const Target& t : targets) {
+    const double base = median_of(t.stub, t.base);
+    const double hijack = median_of(t.stub, ClientKind::kHijackFloor);
+    const double rg = median_of(t.stub, ClientKind::kRpcguard);
+    if (hijack <= 0 || rg <= 0) continue;
+    std::string split;
+    if (base > 0) {
+      split = absl::StrFormat(
+          ": hijack-floor / %s = %.2fx; of rpcguard's %+.1f µs/call over %s, "
+          "%+.1f is the mechanism, %+.1f rpcguard's own work",
+          ClientName(t.base), hijack / base, rg - base, ClientName(t.base),
+          hijack - base, rg - hijack);
+    } else {
+      split = absl::StrFormat("; rpcguard's own work beyond it %+.1f µs/call",
+                              rg - hijack);
+    }
+    std::printf(
+        "%s: rpcguard / hijack-floor = %.2fx (the mechanism's floor%s); "
+        "median of per-round ratios %.2fx; ratio of the lowest rounds "
+        "%.2fx\n",
+        std::string(StubName(t.stub)).c_str(), rg / hijack, split.c_str(),
+        paired(t.stub, ClientKind::kRpcguard, ClientKind::kHijackFloor),
+        min_of(t.stub, ClientKind::kRpcguard) /
+            min_of(t.stub, ClientKind::kHijackFloor));
+  }
   std::string loadavg;
   std::ifstream in("/proc/loadavg");
   std::getline(in, loadavg);
@@ -879,6 +916,7 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
       for (double v : r.cpu_us) rounds_json.push_back(JsonNumber(v));
       const double plain = median_of(r.stub, ClientKind::kPlain);
       const double pass = median_of(r.stub, ClientKind::kPassThrough);
+      const double hijack = median_of(r.stub, ClientKind::kHijackFloor);
       parts.push_back(absl::StrCat(
           "{\"stub\": ", JsonString(StubName(r.stub)),
           ", \"client\": ", JsonString(ClientName(r.client)),
@@ -888,6 +926,8 @@ int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
           plain > 0 ? JsonNumber(r.median / plain) : "null",
           ", \"vs_pass_through\": ",
           pass > 0 ? JsonNumber(r.median / pass) : "null",
+          ", \"vs_hijack_floor\": ",
+          hijack > 0 ? JsonNumber(r.median / hijack) : "null",
           ", \"context_switches_per_call\": ",
           JsonNumber(r.calls > 0
                          ? static_cast<double>(r.context_switches) / r.calls

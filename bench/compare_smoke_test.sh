@@ -11,15 +11,17 @@ fail() {
   exit 1
 }
 
-# Every scenario with one caller, every client: 10 scenarios x 4 clients.
+# Every scenario with one caller, every client: 10 scenarios x 5 clients.
 "$compare" --only=/c1 --calls=20 --seconds=0.3 --rounds=1 --warmup=5 \
   --json="$out/compare.json" >"$out/compare.md" 2>"$out/compare.err" ||
   fail "compare exited $? ($(cat "$out/compare.err"))"
 rows=$(grep -c '^| .* | [0-9]* | ' "$out/compare.md" || true)
-[ "$rows" = 40 ] || fail "expected 40 table rows, got $rows"
+[ "$rows" = 50 ] || fail "expected 50 table rows, got $rows"
 cells=$(grep -c '"scenario": ' "$out/compare.json" || true)
-[ "$cells" = 40 ] || fail "expected 40 JSON cells, got $cells"
+[ "$cells" = 50 ] || fail "expected 50 JSON cells, got $cells"
 grep -q '"client": "rpcguard"' "$out/compare.json" || fail "no rpcguard cell"
+grep -q '"client": "hijack-floor"' "$out/compare.json" ||
+  fail "no hijack-floor cell"
 
 "$compare" --headline --calls=50 --rounds=2 --warmup=5 \
   --json="$out/headline.json" >"$out/headline.md" 2>"$out/headline.err" ||
@@ -27,6 +29,13 @@ grep -q '"client": "rpcguard"' "$out/compare.json" || fail "no rpcguard cell"
 grep -q '^sync: rpcguard / plain = ' "$out/headline.md" || fail "no sync ratio"
 grep -q '^callback: rpcguard / pass-through = ' "$out/headline.md" ||
   fail "no callback ratio"
+for stub in sync callback; do
+  grep -q "^$stub: rpcguard / hijack-floor = " "$out/headline.md" ||
+    fail "no $stub ratio to hijack-floor"
+  # The floor's calls all succeed (the ok column is full).
+  grep -q "^| $stub | hijack-floor | .* | 100/100 |\$" "$out/headline.md" ||
+    fail "hijack-floor, $stub: not every call succeeded"
+done
 
 "$compare" --soak=400 --json="$out/soak.json" >"$out/soak.md" \
   2>"$out/soak.err" || fail "--soak exited $? ($(cat "$out/soak.err"))"
