@@ -498,7 +498,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // has no move constructor, so moving a Setup would copy the request.
   struct Setup {
     // The channel below rpcguard, and how attempts name the method on it.
-    std::shared_ptr<grpc::ChannelInterface> channel;
+    std::unique_ptr<grpc::ChannelInterface> channel;
     const grpc::internal::RpcMethod* rpc_method = nullptr;
     grpc::ByteBuffer request;
     Metadata metadata;  // the caller's, less rpcguard's own keys
@@ -517,6 +517,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
         method_(method),
         policy_(method.resolved.policy),
         call_id_(shared_->random()->Next64()),
+        caller_deadline_(deadline),
         controller_(policy_, may_repeat, deadline, shared_->clock()) {
     if (shared_->refresher()) controller_.EnableAuthRefresh();
   }
@@ -689,7 +690,11 @@ class CallState : public std::enable_shared_from_this<CallState> {
     // this function is done with it.
     const std::shared_ptr<grpc::ClientContext> context = attempt->context;
     grpc::ClientContext& ctx = *context;
-    if (attempt->deadline != absl::InfiniteFuture()) {
+    if (attempt->deadline == caller_deadline_) {
+      // The caller's own deadline (no per-attempt timeout before it): taken
+      // as it is, with no clock read or conversion.
+      ctx.set_deadline(setup_.raw_deadline);
+    } else {
       ctx.set_deadline(NoLaterThanCaller(attempt->deadline, shared_->clock(),
                                          setup_.raw_deadline));
     }
@@ -1212,6 +1217,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   const MethodPolicy& policy_;
   Setup setup_;  // read-only once the call has started
   const uint64_t call_id_;
+  // The caller's deadline, before any methodConfig `timeout` shortens it.
+  const absl::Time caller_deadline_;
 
   internal::Mutex mu_;
   RetryController controller_ ABSL_GUARDED_BY(mu_);
