@@ -8,20 +8,18 @@
 //
 //   ./bazelw run -c opt //bench:decision_bench
 //
-// The per-method lookup reproduces the interceptor's cache (a reader lock
-// and a flat_hash_map find keyed by the method path, resolved once per
-// method); Config::Resolve, which that cache avoids, is measured for
-// comparison.
+// The per-method lookup uses the interceptor's cache
+// (interceptors/method_cache.h: lock-free reads, resolved once per method);
+// Config::Resolve, which that cache avoids, is measured for comparison.
 
 #include <memory>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "interceptors/clock.h"
 #include "interceptors/config.h"
+#include "interceptors/method_cache.h"
 #include "interceptors/policy.h"
 #include "interceptors/random.h"
 #include "interceptors/retry_controller.h"
@@ -50,29 +48,28 @@ const Config& BenchConfig() {
 }
 
 // The interceptor's per-method cache (Shared::ForMethod in
-// interceptors/retry_interceptor.cc), rebuilt here: that class is private to
-// the interceptor.
+// interceptors/retry_interceptor.cc keeps a MethodState per method in one),
+// holding here the resolved policy, with a few other methods, as a channel
+// that calls several would have.
 class MethodCache {
  public:
   MethodCache() {
-    // A few other methods, as a channel that calls several would have.
     for (const char* m : {kMethod, "/rpcguard.testing.v1.FaultService/Put",
                           "/rpcguard.testing.v1.FaultService/Charge",
                           "/rpcguard.testing.v1.FaultService/Create",
                           "/rpcguard.testing.v1.FaultControl/Stats"}) {
-      methods_.emplace(
-          m, std::make_unique<ResolvedPolicy>(BenchConfig().Resolve(m)));
+      ForMethod(m);
     }
   }
 
   const ResolvedPolicy& ForMethod(const char* method) const {
-    absl::ReaderMutexLock lock(&mu_);
-    return *methods_.find(absl::string_view(method))->second;
+    return cache_.Get(method, [](absl::string_view m) {
+      return std::make_unique<ResolvedPolicy>(BenchConfig().Resolve(m));
+    });
   }
 
  private:
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<ResolvedPolicy>> methods_;
+  internal::MethodCache<ResolvedPolicy> cache_;
 };
 
 const MethodCache& Cache() {

@@ -67,6 +67,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "interceptors/method_cache.h"
 #include "interceptors/mutex.h"
 #include "interceptors/retry_controller.h"
 #include "interceptors/uuid.h"
@@ -244,29 +245,21 @@ class Shared {
 
   // The state of `method`, computed once per method: after the first call no
   // descriptor lookup or option parsing happens on the call path, only this
-  // hash lookup. The reference lives as long as this object.
+  // lock-free hash lookup. The reference lives as long as this object.
   // `channel` and `first_batch` belong to the call asking, and register the
   // method on the first call's channel (MethodState::Register).
   const MethodState& ForMethod(const char* method,
                                grpc::ChannelInterface* channel,
-                               InterceptorBatchMethods* first_batch) const
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    const absl::string_view key(method);
-    {
-      internal::MutexLock lock(&mu_);
-      auto it = methods_.find(key);
-      if (it != methods_.end()) return *it->second;
-    }
-    auto state = std::make_unique<MethodState>();
-    state->name = std::string(key);
-    state->resolved = config_.Resolve(key);
-    state->stats = stats_->ForMethod(key);
-    state->Register(channel, first_batch);
-    AttachDestination(key, state.get());
-    internal::MutexLock lock(&mu_);
-    // Another call may have resolved it meanwhile; keep the first.
-    auto [it, inserted] = methods_.try_emplace(key, std::move(state));
-    return *it->second;
+                               InterceptorBatchMethods* first_batch) const {
+    return methods_.Get(method, [&](absl::string_view key) {
+      auto state = std::make_unique<MethodState>();
+      state->name = std::string(key);
+      state->resolved = config_.Resolve(key);
+      state->stats = stats_->ForMethod(key);
+      state->Register(channel, first_batch);
+      AttachDestination(key, state.get());
+      return state;
+    });
   }
 
   // Looks up the breaker, budget and throttle a method's calls share.
@@ -354,9 +347,8 @@ class Shared {
   const std::shared_ptr<BreakerRegistry> registry_;
   std::string destination_;  // set before any call, then read-only
   BreakerRegistry::ListenerId listener_id_ = 0;
-  mutable internal::Mutex mu_;
-  mutable absl::flat_hash_map<std::string, std::unique_ptr<MethodState>>
-      methods_ ABSL_GUARDED_BY(mu_);
+  // Read without a lock on every call (see method_cache.h).
+  internal::MethodCache<MethodState> methods_;
 };
 
 // Whether the application's response object certainly is not a protobuf
