@@ -1298,12 +1298,15 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     if (riding_ && batch->QueryInterceptionHookPoint(
                        InterceptionHookPoints::POST_RECV_STATUS)) {
-      // Kept for a retry: rpcguard proceeds it, and `this` may be gone.
-      if (call_for_batches_->OnFirstAttemptDone(batch, info_->channel())) {
+      // A success with its message ends the call as on the fast path;
+      // anything else may need a retry.
+      if (!batch->GetRecvStatus()->ok() ||
+          (batch->QueryInterceptionHookPoint(
+               InterceptionHookPoints::POST_RECV_MESSAGE) &&
+           batch->GetRecvMessage() == nullptr)) {
+        RideFailed(batch);  // may end with `this` gone
         return;
       }
-      batch->Proceed();
-      return;
     }
     if (fast_path_method_ != nullptr &&
         batch->QueryInterceptionHookPoint(
@@ -1385,6 +1388,42 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       info.request = Bytes(fast_path_request_);
       shared_->give_up_hook()(info);
     }
+  }
+
+  // A CallState for this call, with what the application's context says.
+  std::shared_ptr<CallState> NewCallState(const MethodState& method,
+                                          bool may_repeat) {
+    grpc::ClientContext* app = info_->client_context();
+    auto call = std::make_shared<CallState>(
+        shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
+    CallState::Setup& setup = call->setup();
+    setup.credentials = app->credentials();
+    setup.compression = app->compression_algorithm();
+    setup.raw_deadline = app->raw_deadline();
+    return call;
+  }
+
+  // Attempt 1 of a riding call (the application's own call) ended without a
+  // clean success in `batch`: from here rpcguard owns the outcome.
+  void RideFailed(InterceptorBatchMethods* batch) {
+    std::shared_ptr<CallState> call = NewCallState(*fast_path_method_, true);
+    CallState::Setup& setup = call->setup();
+    setup.idempotency_key = std::move(fast_path_key_);
+    setup.metadata = std::move(ride_metadata_);
+    setup.request.Swap(&ride_request_);
+    call->RideFirstAttempt(std::move(fast_path_admission_), ride_response_);
+    fast_path_admission_.reset();
+    bool cancelled;
+    {
+      internal::MutexLock lock(&mu_);
+      call_ = call;
+      cancelled = cancelled_;
+    }
+    // A cancel that came before call_ was set: the call must not retry.
+    if (cancelled) call->Cancel();
+    // Kept for a retry: rpcguard proceeds it, and `this` may be gone.
+    if (call->OnFirstAttemptDone(batch, info_->channel())) return;
+    batch->Proceed();
   }
 
   void OnFirstBatch(InterceptorBatchMethods* batch) {
@@ -1476,62 +1515,41 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       }
     }
 
-    grpc::ClientContext* app = info_->client_context();
-    std::shared_ptr<CallState> call;
-    if (needs_hijack || ride) {
-      call = std::make_shared<CallState>(
-          shared_, method, CallerDeadline(app, shared_->clock()), may_repeat);
-      CallState::Setup& setup = call->setup();
-      setup.credentials = app->credentials();
-      setup.compression = app->compression_algorithm();
-      setup.raw_deadline = app->raw_deadline();
-      setup.idempotency_key =
-          keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
-      if (has_metadata) {
-        md->erase(HeaderString<kIdempotencyKeyHeader>());
-        setup.metadata.assign(md->begin(), md->end());
-      }
-    }
-
     if (!needs_hijack) {
       if (method.budget) method.budget->RecordFirstAttempt();
       // Sent as without rpcguard, plus the metadata.
-      const std::string& sent_key =
-          ride ? call->setup().idempotency_key
-               : (fast_path_key_ =
-                      keys > 0 ? key : NewUuidV4(*shared_->random()));
+      fast_path_key_ =
+          keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
+      fast_path_method_ = &method;
+      if (ride) {
+        // What a retry would need, kept cheaply: the call's state is built
+        // only if attempt 1 fails (RideFailed). Copied: the application's
+        // call sends the request too.
+        ride_request_ = *batch->GetSerializedSendMessage();
+        ride_response_ = batch->GetRecvMessage();
+        if (has_metadata) {
+          md->erase(HeaderString<kIdempotencyKeyHeader>());
+          ride_metadata_.assign(md->begin(), md->end());
+        }
+        riding_ = true;
+      } else if (shared_->give_up_hook()) {
+        fast_path_request_ = *batch->GetSerializedSendMessage();
+      }
       if (ride || keys == 0) {
-        md->emplace(HeaderString<kIdempotencyKeyHeader>(), sent_key);
+        md->emplace(HeaderString<kIdempotencyKeyHeader>(), fast_path_key_);
       }
       md->emplace(HeaderString<kAttemptHeader>(), "1");
-      if (!ride) {
-        // Tried once, never retried.
-        if (shared_->give_up_hook()) {
-          fast_path_request_ = *batch->GetSerializedSendMessage();
-        }
-        fast_path_method_ = &method;
-        batch->Proceed();
-        return;
-      }
-      // Copied: the application's call sends the request too.
-      call->setup().request = *batch->GetSerializedSendMessage();
-      call->RideFirstAttempt(std::move(fast_path_admission_),
-                             batch->GetRecvMessage());
-      fast_path_admission_.reset();
-      bool cancelled;
-      {
-        internal::MutexLock lock(&mu_);
-        call_ = call;
-        cancelled = cancelled_;
-      }
-      // A cancel that came before call_ was set: the call must not retry.
-      if (cancelled) call->Cancel();
-      call_for_batches_ = call.get();
-      riding_ = true;
       batch->Proceed();
       return;
     }
 
+    auto call = NewCallState(method, may_repeat);
+    call->setup().idempotency_key =
+        keys > 0 ? std::move(key) : NewUuidV4(*shared_->random());
+    if (has_metadata) {
+      md->erase(HeaderString<kIdempotencyKeyHeader>());
+      call->setup().metadata.assign(md->begin(), md->end());
+    }
     CallState::Setup& setup = call->setup();
     setup.channel = batch->GetInterceptedChannel();
     setup.rpc_method = &method.For(info_->channel());
@@ -1563,9 +1581,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   bool hijacked_ = false;
-  // Set when attempt 1 is the application's own call
-  // (CallState::RideFirstAttempt).
+  // Set when attempt 1 is the application's own call and may be followed
+  // by others (CallState::RideFirstAttempt); with what those would need.
   bool riding_ = false;
+  grpc::ByteBuffer ride_request_;
+  void* ride_response_ = nullptr;
+  Metadata ride_metadata_;  // the caller's, less rpcguard's own keys
   // Set when the call is tried once without hijacking.
   const MethodState* fast_path_method_ = nullptr;
   std::string fast_path_key_;

@@ -3,6 +3,7 @@
 #include "interceptors/uuid.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace rpcguard {
 
@@ -14,16 +15,20 @@ std::string NewUuidV4(Random& random) {
   hi = (hi & ~uint64_t{0xF000}) | uint64_t{0x4000};
   lo = (lo & ~(uint64_t{0xC} << 60)) | (uint64_t{0x8} << 60);
   static constexpr char kHex[] = "0123456789abcdef";
+  // The 32 digits, most significant first, then the groups 8-4-4-4-12: a
+  // few hundred instructions less than placing digit by digit (this runs
+  // on every call).
+  char digits[32];
+  for (int i = 0; i < 16; ++i) {
+    digits[i] = kHex[(hi >> (60 - 4 * i)) & 0xF];
+    digits[16 + i] = kHex[(lo >> (60 - 4 * i)) & 0xF];
+  }
   std::string out(36, '-');
-  int pos = 0;
-  auto put = [&](uint64_t v, int nibbles) {
-    for (int i = nibbles - 1; i >= 0; --i) {
-      if (pos == 8 || pos == 13 || pos == 18 || pos == 23) ++pos;
-      out[pos++] = kHex[(v >> (4 * i)) & 0xF];
-    }
-  };
-  put(hi, 16);
-  put(lo, 16);
+  std::memcpy(&out[0], digits, 8);
+  std::memcpy(&out[9], digits + 8, 4);
+  std::memcpy(&out[14], digits + 12, 4);
+  std::memcpy(&out[19], digits + 16, 4);
+  std::memcpy(&out[24], digits + 20, 12);
   return out;
 }
 

@@ -86,6 +86,24 @@ TEST(UuidTest, FormatHoldsForExtremeBits) {
   EXPECT_EQ(NewUuidV4(ones), "ffffffff-ffff-4fff-bfff-ffffffffffff");
 }
 
+// Two draws in turn: the high then the low 64 bits.
+class SequenceRandom : public Random {
+ public:
+  SequenceRandom(uint64_t first, uint64_t second) : values_{first, second} {}
+  uint64_t Next64() override { return values_[next_++ % 2]; }
+
+ private:
+  uint64_t values_[2];
+  int next_ = 0;
+};
+
+TEST(UuidTest, DigitsAppearMostSignificantFirstInTheirGroups) {
+  SequenceRandom random(0x0123456789abcdef, 0xfedcba9876543210);
+  // Version 4 replaces digit 13 ("c"), the variant the top two bits of
+  // digit 17 ("f" becomes "b").
+  EXPECT_EQ(NewUuidV4(random), "01234567-89ab-4def-bedc-ba9876543210");
+}
+
 TEST(UuidTest, TenThousandDrawsAreDistinctAndWellFormed) {
   constexpr int kDraws = 10000;
   SeededRandom random(20240601);
