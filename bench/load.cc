@@ -162,7 +162,8 @@ ProcessUsage GetProcessUsage() {
     return static_cast<double>(tv.tv_sec) + tv.tv_usec * 1e-6;
   };
   ProcessUsage out;
-  out.cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  out.user_seconds = seconds(usage.ru_utime);
+  out.cpu_seconds = out.user_seconds + seconds(usage.ru_stime);
   out.context_switches = usage.ru_nvcsw + usage.ru_nivcsw;
   return out;
 }
@@ -228,6 +229,7 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
   LoadResult result;
   result.wall = end - start;
   result.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  result.user_seconds = after.user_seconds - before.user_seconds;
   result.context_switches = after.context_switches - before.context_switches;
   result.rss_growth_kib = rss_after - rss_before;
   result.latency_ns.reserve(driver.completed());

@@ -56,11 +56,12 @@ struct LoadSpec {
 };
 
 struct LoadResult {
-  int64_t calls = 0;       // calls made (and ended)
-  int64_t ok = 0;          // of which OK
-  int64_t late = 0;        // of which ended > deadline + kLateSlack
-  absl::Duration wall;     // from the first call's start to the last end
-  double cpu_seconds = 0;  // user + system CPU of this process meanwhile
+  int64_t calls = 0;        // calls made (and ended)
+  int64_t ok = 0;           // of which OK
+  int64_t late = 0;         // of which ended > deadline + kLateSlack
+  absl::Duration wall;      // from the first call's start to the last end
+  double cpu_seconds = 0;   // user + system CPU of this process meanwhile
+  double user_seconds = 0;  // of which user
   // Context switches of this process meanwhile (getrusage: voluntary, e.g.
   // a thread waiting for another, plus involuntary).
   int64_t context_switches = 0;
@@ -82,6 +83,7 @@ LoadResult RunLoad(rpcguard::testing::v1::FaultService::Stub& stub,
 // What this process has used so far (getrusage(RUSAGE_SELF): every thread).
 struct ProcessUsage {
   double cpu_seconds = 0;  // user + system
+  double user_seconds = 0;
   int64_t context_switches = 0;
 };
 ProcessUsage GetProcessUsage();
