@@ -12,16 +12,19 @@
 // (interceptors/method_cache.h: lock-free reads, resolved once per method);
 // Config::Resolve, which that cache avoids, is measured for comparison.
 
+#include <limits>
 #include <memory>
 #include <string>
 
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
+#include "interceptors/breaker.h"
 #include "interceptors/clock.h"
 #include "interceptors/config.h"
 #include "interceptors/method_cache.h"
 #include "interceptors/policy.h"
 #include "interceptors/random.h"
+#include "interceptors/retry_budget.h"
 #include "interceptors/retry_controller.h"
 #include "interceptors/server_hints.h"
 #include "interceptors/status_class.h"
@@ -161,31 +164,67 @@ void BM_ControllerRetryDecision(benchmark::State& state) {
 }
 BENCHMARK(BM_ControllerRetryDecision);
 
+// The destination's breaker and retry budget, shared by every thread as
+// calls to one target share them. The breaker never trips here (minAttempts
+// out of reach) and the budget allows a retry per first attempt (ratio 1),
+// so the loops below measure the path a closed breaker and a budget with
+// tokens take: the common one, and the one that does the most work.
+struct Destination {
+  std::shared_ptr<CircuitBreaker> breaker;
+  std::shared_ptr<RetryBudget> budget;
+};
+
+const Destination& SharedDestination() {
+  static const Destination* const destination = [] {
+    auto registry = *BreakerRegistry::Create({});
+    BreakerOptions breaker;
+    breaker.min_attempts = std::numeric_limits<int>::max();
+    RetryBudgetOptions budget;
+    budget.ratio = 1;
+    return new Destination{*registry->Get("bench", breaker),
+                           *registry->GetBudget("bench", budget)};
+  }();
+  return *destination;
+}
+
 // The whole decision path of one failed attempt that is retried, in its
-// common form: policy lookup, the server's hints (no pushback trailer, empty
-// status details), classification and a backoff draw inside the controller.
-// `pushback` names a `grpc-retry-pushback-ms` value to parse instead (then
-// A6's exact delay replaces the backoff draw).
+// common form, as the interceptor takes it: policy lookup, the breaker's
+// admission, the budget's count of a first attempt, the server's hints (no
+// pushback trailer, empty status details), classification, the breaker
+// recording the failure, the open-breaker check, the budget's retry token
+// and a backoff draw inside the controller. `pushback` names a
+// `grpc-retry-pushback-ms` value to parse instead (then A6's exact delay
+// replaces the backoff draw).
 void DecisionPathRetry(benchmark::State& state, const char* pushback_ms) {
   const char* method = MethodName();
   Clock* clock = Clock::Real();
+  const Destination& destination = SharedDestination();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
   int64_t retries = 0;
   for (auto _ : state) {
     const ResolvedPolicy& resolved = Cache().ForMethod(method);
+    const Admission admission = destination.breaker->Admit();
+    destination.budget->RecordFirstAttempt();
     RetryController controller(resolved.policy, /*may_repeat=*/true, deadline,
                                clock);
     controller.StartAttempt();
     Pushback pushback;
     if (pushback_ms != nullptr) pushback = ParsePushback(pushback_ms);
     pushback.min_delay = ParseRetryInfo("");
-    // TODO(lead): the circuit breaker (is the destination's breaker open?
-    // record this failure) and the retry budget (may this retry spend a
-    // token?) join the path here, between the server's hints and the
-    // controller's decision; measure them in this loop.
+    AttemptOutcome outcome;
+    outcome.code = grpc::StatusCode::UNAVAILABLE;
+    destination.breaker->Record(
+        admission,
+        AttemptResultFor(resolved.policy.MakeClassifier().Classify(outcome),
+                         outcome));
     RandomBitGen gen(Random::Default());
-    const Decision d = controller.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE,
-                                               pushback, false, gen);
+    Decision d = controller.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE,
+                                         pushback, false, gen);
+    if (d.action == Decision::Action::kRetry &&
+        (destination.breaker->state() == BreakerState::kOpen ||
+         !destination.budget->TryAcquireRetry())) {
+      d.action = Decision::Action::kGiveUp;
+    }
     retries += d.action == Decision::Action::kRetry;
   }
   state.counters["retried"] = benchmark::Counter(
@@ -206,13 +245,16 @@ BENCHMARK(BM_DecisionPathRetryWithPushback);
 void BM_DecisionPathSuccess(benchmark::State& state) {
   const char* method = MethodName();
   Clock* clock = Clock::Real();
+  const Destination& destination = SharedDestination();
   const absl::Time deadline = absl::Now() + absl::Hours(1);
   for (auto _ : state) {
     const ResolvedPolicy& resolved = Cache().ForMethod(method);
     RetryController controller(resolved.policy, /*may_repeat=*/true, deadline,
                                clock);
+    const Admission admission = destination.breaker->Admit();
+    destination.budget->RecordFirstAttempt();
     controller.StartAttempt();
-    // TODO(lead): breaker and budget record the success here.
+    destination.breaker->Record(admission, AttemptResult::kSuccess);
     RandomBitGen gen(Random::Default());
     const Decision d =
         controller.OnAttemptEnd(grpc::StatusCode::OK, Pushback(), false, gen);

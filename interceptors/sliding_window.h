@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,28 +54,26 @@ class SlidingWindow {
   void Add(absl::Time now, int64_t a, int64_t b) {
     const int64_t epoch = Advance(now);
     Bucket& bucket = buckets_[Slot(epoch)];
+    // A bucket of another epoch has left the window: Advance took it out of
+    // the totals.
     if (bucket.epoch != epoch) bucket = Bucket{epoch, Counts{}};
     bucket.counts.a += a;
     bucket.counts.b += b;
+    total_.a += a;
+    total_.b += b;
   }
 
-  // Sums the buckets inside the window that ends at `now`.
+  // Sums the buckets inside the window that ends at `now`. Constant time:
+  // the totals are kept as buckets are added to and leave the window.
   Counts Sum(absl::Time now) {
-    const int64_t epoch = Advance(now);
-    const int64_t oldest = epoch - static_cast<int64_t>(buckets_.size()) + 1;
-    Counts sum;
-    for (const Bucket& bucket : buckets_) {
-      if (bucket.epoch >= oldest && bucket.epoch <= epoch) {
-        sum.a += bucket.counts.a;
-        sum.b += bucket.counts.b;
-      }
-    }
-    return sum;
+    Advance(now);
+    return total_;
   }
 
   // Forgets every count.
   void Clear() {
     for (Bucket& bucket : buckets_) bucket = Bucket{};
+    total_ = Counts{};
   }
 
  private:
@@ -88,7 +87,19 @@ class SlidingWindow {
     // Floor division: times before 1970 still map to increasing buckets.
     int64_t epoch = ns / width_ns_;
     if (ns % width_ns_ < 0) --epoch;
-    latest_ = std::max(latest_, epoch);
+    if (epoch > latest_) {
+      // Once per bucket width at most: take the buckets that leave the
+      // window out of the totals.
+      latest_ = epoch;
+      const int64_t oldest = epoch - static_cast<int64_t>(buckets_.size()) + 1;
+      for (Bucket& bucket : buckets_) {
+        if (bucket.epoch != INT64_MIN && bucket.epoch < oldest) {
+          total_.a -= bucket.counts.a;
+          total_.b -= bucket.counts.b;
+          bucket = Bucket{};
+        }
+      }
+    }
     return latest_;
   }
 
@@ -100,17 +111,28 @@ class SlidingWindow {
   const int64_t width_ns_;
   std::vector<Bucket> buckets_;
   int64_t latest_ = INT64_MIN;
+  Counts total_;  // of the buckets inside the window ending at latest_
 };
 
 class StripedWindow {
  public:
-  // Enough for the threads that make calls at once on common machines;
-  // more threads share stripes (still correct, a little contention).
-  static constexpr int kStripes = 8;
+  // At most this many stripes; more threads share stripes (still correct,
+  // a little contention).
+  static constexpr int kMaxStripes = 8;
+
+  // One stripe per core, up to kMaxStripes: no more threads than cores count
+  // at once, and every stripe more costs each Sum a lock and a pass over
+  // its buckets (a retry budget's decision sums on every retry).
+  static int StripeCount() {
+    static const int n = static_cast<int>(std::clamp<unsigned>(
+        std::thread::hardware_concurrency(), 1, kMaxStripes));
+    return n;
+  }
 
   StripedWindow(absl::Duration window, int buckets) {
-    for (auto& stripe : stripes_) {
-      stripe = std::make_unique<Stripe>(window, buckets);
+    stripes_.reserve(StripeCount());
+    for (int i = 0; i < StripeCount(); ++i) {
+      stripes_.push_back(std::make_unique<Stripe>(window, buckets));
     }
   }
 
@@ -168,11 +190,11 @@ class StripedWindow {
   static size_t ThisThreadStripe() {
     static std::atomic<size_t> next{0};
     thread_local const size_t stripe =
-        next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+        next.fetch_add(1, std::memory_order_relaxed) % StripeCount();
     return stripe;
   }
 
-  std::unique_ptr<Stripe> stripes_[kStripes];
+  std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 
 }  // namespace internal

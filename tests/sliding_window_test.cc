@@ -2,9 +2,12 @@
 
 #include "interceptors/sliding_window.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
@@ -53,6 +56,51 @@ TEST(SlidingWindowTest, TimesBeforeTheEpochFloor) {
   w.Add(absl::UnixEpoch() + absl::Milliseconds(8500), 1, 0);
   EXPECT_EQ(w.Sum(absl::UnixEpoch() + absl::Milliseconds(8500)).a, 2);
   EXPECT_EQ(w.Sum(absl::UnixEpoch() + absl::Seconds(9)).a, 1);  // -1 left
+}
+
+// The window keeps running totals; a model that sums every count still in
+// the window must agree after any sequence of adds and sums, times going
+// forward by random steps (some past a whole window) and now and then back.
+TEST(SlidingWindowTest, RunningTotalsMatchASumOfEveryCount) {
+  constexpr int64_t kWidthMs = 100;  // 1 s window, 10 buckets
+  SlidingWindow w(absl::Seconds(1), 10);
+  struct Entry {
+    int64_t epoch;
+    int64_t a, b;
+  };
+  std::vector<Entry> model;
+  absl::BitGen gen;
+  int64_t now_ms = 3600 * 1000;
+  int64_t latest_epoch = INT64_MIN;
+  for (int i = 0; i < 20000; ++i) {
+    const int step = absl::Uniform(gen, 0, 100);
+    if (step < 5) {
+      now_ms -= absl::Uniform(gen, 0, 300);  // out of order: counts as latest
+    } else if (step < 7) {
+      now_ms += absl::Uniform(gen, 1000, 3000);  // past the whole window
+    } else {
+      now_ms += absl::Uniform(gen, 0, 40);
+    }
+    const absl::Time now = absl::UnixEpoch() + absl::Milliseconds(now_ms);
+    latest_epoch = std::max(latest_epoch, now_ms / kWidthMs);
+    if (absl::Bernoulli(gen, 0.7)) {
+      const int64_t a = absl::Uniform(gen, 0, 5);
+      const int64_t b = absl::Uniform(gen, 0, 5);
+      w.Add(now, a, b);
+      model.push_back({latest_epoch, a, b});
+    } else {
+      SlidingWindow::Counts want;
+      for (const Entry& e : model) {
+        if (e.epoch > latest_epoch - 10) {
+          want.a += e.a;
+          want.b += e.b;
+        }
+      }
+      const SlidingWindow::Counts got = w.Sum(now);
+      ASSERT_EQ(got.a, want.a) << "step " << i;
+      ASSERT_EQ(got.b, want.b) << "step " << i;
+    }
+  }
 }
 
 TEST(SlidingWindowTest, Clear) {
