@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "benchmark/benchmark.h"
-#include "interceptors/breaker.h"
-#include "interceptors/retry_budget.h"
+#include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/retry_budget.h"
 
 namespace rpcguard {
 namespace {

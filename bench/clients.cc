@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
 namespace bench {

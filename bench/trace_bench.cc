@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "benchmark/benchmark.h"
-#include "interceptors/stats.h"
-#include "interceptors/trace.h"
+#include "rpcguard/observability/stats.h"
+#include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
 namespace {

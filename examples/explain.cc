@@ -9,7 +9,7 @@
 #include <cstdio>
 
 #include "examples/payments.grpc.pb.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 
 int main() {
   const char* methods[] = {

@@ -3,8 +3,8 @@
 // Clock: the one way rpcguard reads time, so that every decision (deadline
 // arithmetic, backoff, breaker windows) can be tested with a fake clock.
 
-#ifndef RPCGUARD_INTERCEPTORS_CLOCK_H_
-#define RPCGUARD_INTERCEPTORS_CLOCK_H_
+#ifndef RPCGUARD_CLOCK_H_
+#define RPCGUARD_CLOCK_H_
 
 #include "absl/time/time.h"
 
@@ -25,4 +25,4 @@ class Clock {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_CLOCK_H_
+#endif  // RPCGUARD_CLOCK_H_

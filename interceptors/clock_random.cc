@@ -2,8 +2,8 @@
 
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
-#include "interceptors/clock.h"
-#include "interceptors/random.h"
+#include "rpcguard/clock.h"
+#include "rpcguard/random.h"
 
 namespace rpcguard {
 namespace {

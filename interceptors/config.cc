@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 
 #include <cmath>
 #include <cstdint>
@@ -19,8 +19,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "interceptors/proto_options.h"
-#include "interceptors/utf8.h"
+#include "internal/proto_options.h"  // private to :config
+#include "rpcguard/internal/utf8.h"
 
 namespace rpcguard {
 namespace {

@@ -44,8 +44,8 @@
 //   - Malformed JSON, including a key repeated in one object, is an error
 //     whose message starts with "invalid JSON: ".
 
-#ifndef RPCGUARD_INTERCEPTORS_CONFIG_H_
-#define RPCGUARD_INTERCEPTORS_CONFIG_H_
+#ifndef RPCGUARD_CONFIG_H_
+#define RPCGUARD_CONFIG_H_
 
 #include <memory>
 #include <optional>
@@ -54,9 +54,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "interceptors/breaker.h"
-#include "interceptors/policy.h"
-#include "interceptors/retry_budget.h"
+#include "rpcguard/destination/breaker.h"
+#include "rpcguard/decision/policy.h"
+#include "rpcguard/destination/retry_budget.h"
 
 namespace rpcguard {
 
@@ -166,4 +166,4 @@ class Config {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_CONFIG_H_
+#endif  // RPCGUARD_CONFIG_H_

@@ -3,8 +3,8 @@
 // Random: the one way rpcguard draws random numbers (backoff jitter,
 // idempotency keys), injected so tests can fix the sequence.
 
-#ifndef RPCGUARD_INTERCEPTORS_RANDOM_H_
-#define RPCGUARD_INTERCEPTORS_RANDOM_H_
+#ifndef RPCGUARD_RANDOM_H_
+#define RPCGUARD_RANDOM_H_
 
 #include <cstdint>
 #include <limits>
@@ -47,4 +47,4 @@ class RandomBitGen {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_RANDOM_H_
+#endif  // RPCGUARD_RANDOM_H_

@@ -4,7 +4,7 @@
 // bounds over tens of thousands of seeded draws, jitter really spreads, and
 // the sequence grows to its maximum and restarts on Reset().
 
-#include "interceptors/backoff.h"
+#include "rpcguard/decision/backoff.h"
 
 #include <algorithm>
 #include <cmath>

@@ -27,7 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/internal/v1/rpc_status.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "tests/testing/fault_server.h"

@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "interceptors/breaker.h"
+#include "rpcguard/destination/breaker.h"
 
 namespace rpcguard {
 namespace {

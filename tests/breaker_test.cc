@@ -4,7 +4,7 @@
 // transition, every illegal one refused, open-time growth and reset, probe
 // limits, window expiry, manual control, and what listeners see.
 
-#include "interceptors/breaker.h"
+#include "rpcguard/destination/breaker.h"
 
 #include <cmath>
 #include <memory>
@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/status_class.h"
 #include "tests/testing/breaker_test_peer.h"
 #include "tests/testing/fake_clock.h"
 

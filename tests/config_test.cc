@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 
 #include <string>
 #include <utility>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "interceptors/policy.h"
+#include "rpcguard/decision/policy.h"
 
 namespace rpcguard {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 
 namespace rpcguard {
 namespace {

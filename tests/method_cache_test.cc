@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/method_cache.h"
+#include "rpcguard/internal/method_cache.h"
 
 #include <gtest/gtest.h>
 

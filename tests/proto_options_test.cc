@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
 
 namespace rpcguard {

@@ -5,7 +5,7 @@
 // outage under steady load. Tagged for the ThreadSanitizer run: the threaded
 // tests at the end create no gRPC objects.
 
-#include "interceptors/retry_budget.h"
+#include "rpcguard/destination/retry_budget.h"
 
 #include <cmath>
 #include <cstdint>

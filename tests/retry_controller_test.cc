@@ -2,7 +2,7 @@
 //
 // The retry decisions of one call, under a fake clock: nothing here sleeps.
 
-#include "interceptors/retry_controller.h"
+#include "rpcguard/decision/retry_controller.h"
 
 #include <cstdint>
 #include <random>
@@ -17,9 +17,9 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "interceptors/backoff.h"
-#include "interceptors/policy.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/backoff.h"
+#include "rpcguard/decision/policy.h"
+#include "rpcguard/decision/status_class.h"
 #include "tests/testing/fake_clock.h"
 
 namespace rpcguard {

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "tests/testing/fault_server.h"

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/sliding_window.h"
+#include "rpcguard/internal/sliding_window.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -2,7 +2,7 @@
 //
 // Table tests of the status classifier and the status-code name helpers.
 
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/status_class.h"
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "interceptors/policy.h"
+#include "rpcguard/decision/policy.h"
 
 namespace rpcguard {
 namespace {

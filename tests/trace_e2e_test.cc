@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "tests/testing/fault_server.h"
 #include "tools/trace_reader.h"

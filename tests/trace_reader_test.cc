@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "interceptors/trace.h"
+#include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
 namespace {

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/trace.h"
+#include "rpcguard/observability/trace.h"
 
 #include <cstdio>
 #include <functional>

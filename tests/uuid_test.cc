@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/uuid.h"
+#include "rpcguard/internal/uuid.h"
 
 #include <cstdint>
 #include <random>
@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "gtest/gtest.h"
-#include "interceptors/random.h"
+#include "rpcguard/random.h"
 
 namespace rpcguard {
 namespace {

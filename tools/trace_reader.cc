@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "interceptors/utf8.h"
+#include "rpcguard/internal/utf8.h"
 
 namespace rpcguard {
 namespace {

@@ -64,7 +64,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "interceptors/rpcguard.h"
+#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "tests/chaos/server_process.h"
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view json(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "interceptors/server_hints.h"
+#include "rpcguard/decision/server_hints.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const rpcguard::Pushback p = rpcguard::ParsePushback(

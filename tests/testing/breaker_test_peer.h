@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "interceptors/breaker.h"
+#include "rpcguard/destination/breaker.h"
 
 namespace rpcguard {
 namespace internal {

@@ -4,7 +4,7 @@
 #define RPCGUARD_TESTS_TESTING_FAKE_CLOCK_H_
 
 #include "absl/synchronization/mutex.h"
-#include "interceptors/clock.h"
+#include "rpcguard/clock.h"
 
 namespace rpcguard {
 namespace testing {

@@ -33,8 +33,8 @@
 // counters is a hash-map lookup under a shared lock, which the interceptor
 // avoids on the call path by caching the MethodHandle of each method.
 
-#ifndef RPCGUARD_INTERCEPTORS_STATS_H_
-#define RPCGUARD_INTERCEPTORS_STATS_H_
+#ifndef RPCGUARD_OBSERVABILITY_STATS_H_
+#define RPCGUARD_OBSERVABILITY_STATS_H_
 
 #include <array>
 #include <atomic>
@@ -48,8 +48,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "interceptors/retry_controller.h"
-#include "interceptors/trace.h"
+#include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
 
@@ -200,4 +200,4 @@ std::string ToPrometheusText(const StatsSnapshot& snapshot);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_STATS_H_
+#endif  // RPCGUARD_OBSERVABILITY_STATS_H_

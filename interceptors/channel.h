@@ -24,8 +24,8 @@
 // read from its ClientContext, so attempts do not inherit them; use the
 // config's `waitForReady` per method instead.
 
-#ifndef RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
-#define RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
+#ifndef RPCGUARD_CHANNEL_H_
+#define RPCGUARD_CHANNEL_H_
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
@@ -40,12 +40,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "interceptors/breaker.h"
-#include "interceptors/clock.h"
-#include "interceptors/config.h"
-#include "interceptors/random.h"
-#include "interceptors/stats.h"
-#include "interceptors/trace.h"
+#include "rpcguard/destination/breaker.h"
+#include "rpcguard/clock.h"
+#include "rpcguard/config.h"
+#include "rpcguard/random.h"
+#include "rpcguard/observability/stats.h"
+#include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
 
@@ -144,4 +144,4 @@ void MarkPassThrough(grpc::ClientContext* context);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_RETRY_INTERCEPTOR_H_
+#endif  // RPCGUARD_CHANNEL_H_

@@ -35,8 +35,8 @@
 // service) for all three. Ask the breaker before the budget, so that a call
 // the breaker refuses spends no budget (see breaker.h).
 
-#ifndef RPCGUARD_INTERCEPTORS_RETRY_BUDGET_H_
-#define RPCGUARD_INTERCEPTORS_RETRY_BUDGET_H_
+#ifndef RPCGUARD_DESTINATION_RETRY_BUDGET_H_
+#define RPCGUARD_DESTINATION_RETRY_BUDGET_H_
 
 #include <atomic>
 #include <cstdint>
@@ -46,9 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "interceptors/clock.h"
-#include "interceptors/mutex.h"
-#include "interceptors/sliding_window.h"
+#include "rpcguard/clock.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -209,4 +209,4 @@ int64_t ToThousandths(double value);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_RETRY_BUDGET_H_
+#endif  // RPCGUARD_DESTINATION_RETRY_BUDGET_H_

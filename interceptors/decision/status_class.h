@@ -10,8 +10,8 @@
 //   kFatal     anything else: retrying would return the same answer, or the
 //              caller itself ended the call (cancel, deadline).
 
-#ifndef RPCGUARD_INTERCEPTORS_STATUS_CLASS_H_
-#define RPCGUARD_INTERCEPTORS_STATUS_CLASS_H_
+#ifndef RPCGUARD_DECISION_STATUS_CLASS_H_
+#define RPCGUARD_DECISION_STATUS_CLASS_H_
 
 #include <grpcpp/support/status_code_enum.h>
 
@@ -107,4 +107,4 @@ class Classifier {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_STATUS_CLASS_H_
+#endif  // RPCGUARD_DECISION_STATUS_CLASS_H_

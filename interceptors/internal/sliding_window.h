@@ -18,8 +18,8 @@
 // Internal to rpcguard. SlidingWindow is thread-compatible (the owner locks);
 // StripedWindow is thread-safe.
 
-#ifndef RPCGUARD_INTERCEPTORS_SLIDING_WINDOW_H_
-#define RPCGUARD_INTERCEPTORS_SLIDING_WINDOW_H_
+#ifndef RPCGUARD_INTERNAL_SLIDING_WINDOW_H_
+#define RPCGUARD_INTERNAL_SLIDING_WINDOW_H_
 
 #include <algorithm>
 #include <atomic>
@@ -30,7 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "interceptors/mutex.h"
+#include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -200,4 +200,4 @@ class StripedWindow {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_SLIDING_WINDOW_H_
+#endif  // RPCGUARD_INTERNAL_SLIDING_WINDOW_H_

@@ -1,11 +1,11 @@
 // Copyright rpcguard authors.
 
-#ifndef RPCGUARD_INTERCEPTORS_UUID_H_
-#define RPCGUARD_INTERCEPTORS_UUID_H_
+#ifndef RPCGUARD_INTERNAL_UUID_H_
+#define RPCGUARD_INTERNAL_UUID_H_
 
 #include <string>
 
-#include "interceptors/random.h"
+#include "rpcguard/random.h"
 
 namespace rpcguard {
 
@@ -15,4 +15,4 @@ std::string NewUuidV4(Random& random);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_UUID_H_
+#endif  // RPCGUARD_INTERNAL_UUID_H_

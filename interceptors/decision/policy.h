@@ -4,8 +4,8 @@
 // (idempotency) and how (attempts, backoff, timeouts). Plain values; Config
 // builds them from JSON and the interceptor only reads them.
 
-#ifndef RPCGUARD_INTERCEPTORS_POLICY_H_
-#define RPCGUARD_INTERCEPTORS_POLICY_H_
+#ifndef RPCGUARD_DECISION_POLICY_H_
+#define RPCGUARD_DECISION_POLICY_H_
 
 #include <cstdint>
 #include <optional>
@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "interceptors/backoff.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/backoff.h"
+#include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
 
@@ -112,4 +112,4 @@ std::string CheckPositiveDuration(absl::Duration d);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_POLICY_H_
+#endif  // RPCGUARD_DECISION_POLICY_H_

@@ -21,8 +21,8 @@
 //
 // Internal to rpcguard.
 
-#ifndef RPCGUARD_INTERCEPTORS_METHOD_CACHE_H_
-#define RPCGUARD_INTERCEPTORS_METHOD_CACHE_H_
+#ifndef RPCGUARD_INTERNAL_METHOD_CACHE_H_
+#define RPCGUARD_INTERNAL_METHOD_CACHE_H_
 
 #include <atomic>
 #include <cstddef>
@@ -34,7 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
-#include "interceptors/mutex.h"
+#include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -142,4 +142,4 @@ class MethodCache {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_METHOD_CACHE_H_
+#endif  // RPCGUARD_INTERNAL_METHOD_CACHE_H_

@@ -62,7 +62,7 @@
 //    last Proceed(): the application may destroy its ClientContext, which
 //    owns the interceptor, as soon as it sees the result.
 
-#include "interceptors/retry_interceptor.h"
+#include "rpcguard/channel.h"
 
 #include <grpcpp/alarm.h>
 #include <grpcpp/channel.h>
@@ -86,10 +86,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
-#include "interceptors/method_cache.h"
-#include "interceptors/mutex.h"
-#include "interceptors/retry_controller.h"
-#include "interceptors/uuid.h"
+#include "rpcguard/internal/method_cache.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/internal/uuid.h"
 
 namespace rpcguard {
 namespace {

@@ -17,8 +17,8 @@
 //
 // Internal to rpcguard.
 
-#ifndef RPCGUARD_INTERCEPTORS_MUTEX_H_
-#define RPCGUARD_INTERCEPTORS_MUTEX_H_
+#ifndef RPCGUARD_INTERNAL_MUTEX_H_
+#define RPCGUARD_INTERNAL_MUTEX_H_
 
 #include <mutex>
 
@@ -78,4 +78,4 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_MUTEX_H_
+#endif  // RPCGUARD_INTERNAL_MUTEX_H_

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/proto_options.h"
+#include "proto_options.h"  // private to :config
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>

@@ -4,8 +4,8 @@
 // up to `max`, spread by jitter so that clients that failed together do not
 // retry together. Randomness is a parameter; time is not read at all.
 
-#ifndef RPCGUARD_INTERCEPTORS_BACKOFF_H_
-#define RPCGUARD_INTERCEPTORS_BACKOFF_H_
+#ifndef RPCGUARD_DECISION_BACKOFF_H_
+#define RPCGUARD_DECISION_BACKOFF_H_
 
 #include "absl/random/bit_gen_ref.h"
 #include "absl/status/statusor.h"
@@ -64,4 +64,4 @@ class Backoff {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_BACKOFF_H_
+#endif  // RPCGUARD_DECISION_BACKOFF_H_

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/status_class.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"

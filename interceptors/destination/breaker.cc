@@ -22,7 +22,7 @@
 // loops until the queue is empty). So listeners see each transition exactly
 // once, in order, one at a time per breaker, and may call back into it.
 
-#include "interceptors/breaker.h"
+#include "rpcguard/destination/breaker.h"
 
 #include <algorithm>
 #include <utility>

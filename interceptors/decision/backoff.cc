@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/backoff.h"
+#include "rpcguard/decision/backoff.h"
 
 #include <algorithm>
 #include <cmath>

@@ -52,8 +52,8 @@
 // attempt was never sent); a lost HALF_OPEN probe is reclaimed only after
 // probeTimeout.
 
-#ifndef RPCGUARD_INTERCEPTORS_BREAKER_H_
-#define RPCGUARD_INTERCEPTORS_BREAKER_H_
+#ifndef RPCGUARD_DESTINATION_BREAKER_H_
+#define RPCGUARD_DESTINATION_BREAKER_H_
 
 #include <array>
 #include <atomic>
@@ -70,11 +70,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "interceptors/clock.h"
-#include "interceptors/mutex.h"
-#include "interceptors/retry_budget.h"
-#include "interceptors/sliding_window.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/clock.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/internal/sliding_window.h"
+#include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
 
@@ -466,4 +466,4 @@ class BreakerRegistry {
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_BREAKER_H_
+#endif  // RPCGUARD_DESTINATION_BREAKER_H_

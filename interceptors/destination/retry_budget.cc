@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/retry_budget.h"
+#include "rpcguard/destination/retry_budget.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/server_hints.h"
+#include "rpcguard/decision/server_hints.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/stats.h"
+#include "rpcguard/observability/stats.h"
 
 #include <algorithm>
 #include <cstdlib>

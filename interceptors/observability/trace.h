@@ -35,8 +35,8 @@
 // The line formats are a stable interface: tools/trace_reader.h parses them
 // back (the round trip is tested), and people grep them.
 
-#ifndef RPCGUARD_INTERCEPTORS_TRACE_H_
-#define RPCGUARD_INTERCEPTORS_TRACE_H_
+#ifndef RPCGUARD_OBSERVABILITY_TRACE_H_
+#define RPCGUARD_OBSERVABILITY_TRACE_H_
 
 #include <grpcpp/support/status_code_enum.h>
 
@@ -52,8 +52,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "interceptors/retry_controller.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
 
@@ -278,4 +278,4 @@ using GiveUpHook = std::function<void(const GiveUpInfo&)>;
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_TRACE_H_
+#endif  // RPCGUARD_OBSERVABILITY_TRACE_H_

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/policy.h"
+#include "rpcguard/decision/policy.h"
 
 #include <cmath>
 

@@ -4,12 +4,12 @@
 // (proto/rpcguard/v1/options.proto) and protobuf's `idempotency_level`, from
 // the generated descriptor pool.
 
-#ifndef RPCGUARD_INTERCEPTORS_PROTO_OPTIONS_H_
-#define RPCGUARD_INTERCEPTORS_PROTO_OPTIONS_H_
+#ifndef RPCGUARD_INTERNAL_PROTO_OPTIONS_H_
+#define RPCGUARD_INTERNAL_PROTO_OPTIONS_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "interceptors/config.h"
+#include "rpcguard/config.h"
 
 namespace rpcguard {
 
@@ -32,4 +32,4 @@ absl::StatusOr<ProtoPolicies> ReadProtoPolicies(absl::string_view service,
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_PROTO_OPTIONS_H_
+#endif  // RPCGUARD_INTERNAL_PROTO_OPTIONS_H_

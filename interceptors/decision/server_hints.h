@@ -6,8 +6,8 @@
 // network: they never crash, and malformed input means "no hint" (RetryInfo)
 // or "do not retry" (pushback, as A6 specifies).
 
-#ifndef RPCGUARD_INTERCEPTORS_SERVER_HINTS_H_
-#define RPCGUARD_INTERCEPTORS_SERVER_HINTS_H_
+#ifndef RPCGUARD_DECISION_SERVER_HINTS_H_
+#define RPCGUARD_DECISION_SERVER_HINTS_H_
 
 #include <optional>
 
@@ -39,4 +39,4 @@ std::optional<absl::Duration> ParseRetryInfo(absl::string_view status_details);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_SERVER_HINTS_H_
+#endif  // RPCGUARD_DECISION_SERVER_HINTS_H_

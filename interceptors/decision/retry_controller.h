@@ -11,8 +11,8 @@
 // otherwise the call gives up at once with the last attempt's status, rather
 // than sleeping into a deadline it cannot meet.
 
-#ifndef RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_
-#define RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_
+#ifndef RPCGUARD_DECISION_RETRY_CONTROLLER_H_
+#define RPCGUARD_DECISION_RETRY_CONTROLLER_H_
 
 #include <optional>
 #include <string>
@@ -20,11 +20,11 @@
 #include "absl/random/bit_gen_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "interceptors/backoff.h"
-#include "interceptors/clock.h"
-#include "interceptors/policy.h"
-#include "interceptors/server_hints.h"
-#include "interceptors/status_class.h"
+#include "rpcguard/decision/backoff.h"
+#include "rpcguard/clock.h"
+#include "rpcguard/decision/policy.h"
+#include "rpcguard/decision/server_hints.h"
+#include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
 
@@ -118,4 +118,4 @@ std::string AnnotateMessage(absl::string_view message, int attempts,
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERCEPTORS_RETRY_CONTROLLER_H_
+#endif  // RPCGUARD_DECISION_RETRY_CONTROLLER_H_

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/retry_controller.h"
+#include "rpcguard/decision/retry_controller.h"
 
 #include <algorithm>
 

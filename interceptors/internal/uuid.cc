@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "interceptors/uuid.h"
+#include "rpcguard/internal/uuid.h"
 
 #include <cstdint>
 #include <cstring>
