@@ -40,12 +40,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "rpcguard/destination/breaker.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/config.h"
-#include "rpcguard/random.h"
+#include "rpcguard/destination/breaker.h"
 #include "rpcguard/observability/stats.h"
 #include "rpcguard/observability/trace.h"
+#include "rpcguard/random.h"
 
 namespace rpcguard {
 
@@ -55,11 +55,6 @@ inline constexpr char kAttemptHeader[] = "rpcguard-attempt";
 inline constexpr char kAttemptsTrailer[] = "rpcguard-attempts";
 inline constexpr char kPassThroughHeader[] = "rpcguard-passthrough";
 inline constexpr char kPushbackTrailer[] = "grpc-retry-pushback-ms";
-
-// Longest idempotency key accepted from a caller (Stripe's limit). A longer
-// one fails the call with INVALID_ARGUMENT rather than being cut, which
-// would break the server's deduplication.
-inline constexpr size_t kMaxIdempotencyKeyLength = 255;
 
 // What a CredentialRefresher hands back for the one retry after an
 // UNAUTHENTICATED.

@@ -22,6 +22,21 @@ absl::string_view IdempotencyName(Idempotency i) {
   return "UNKNOWN";
 }
 
+absl::Status ValidateIdempotencyKey(absl::string_view key) {
+  if (key.empty() || key.size() > kMaxIdempotencyKeyLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("idempotency-key must be 1 to ", kMaxIdempotencyKeyLength,
+                     " characters, got ", key.size()));
+  }
+  for (char c : key) {
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          "idempotency-key must be printable ASCII (0x20-0x7E)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text) {
   // Exact case only: unlike jitter, idempotency decides whether a call with
   // side effects may run twice, so a near miss must not be guessed at.

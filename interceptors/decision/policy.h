@@ -42,6 +42,16 @@ absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text);
 // True for every value but kUnknown.
 inline bool MayRepeat(Idempotency i) { return i != Idempotency::kUnknown; }
 
+// Longest idempotency key accepted from a caller (Stripe's limit). A longer
+// one fails the call with INVALID_ARGUMENT rather than being cut, which
+// would break the server's deduplication.
+inline constexpr size_t kMaxIdempotencyKeyLength = 255;
+
+// Checks a caller's own idempotency key: 1 to kMaxIdempotencyKeyLength
+// printable ASCII characters (gRPC aborts the process on an attempt whose
+// metadata value is not). InvalidArgument naming the problem otherwise.
+absl::Status ValidateIdempotencyKey(absl::string_view key);
+
 // Largest maxAttempts accepted. gRPC clamps to 5; rpcguard allows more since
 // the caller's deadline and the retry budget bound the total anyway.
 inline constexpr int kMaxAttemptsCap = 10;

@@ -9,32 +9,6 @@
 
 namespace rpcguard {
 
-absl::string_view GiveUpReasonName(GiveUpReason reason) {
-  switch (reason) {
-    case GiveUpReason::kNone:
-      return "none";
-    case GiveUpReason::kMaxAttempts:
-      return "max_attempts";
-    case GiveUpReason::kDeadline:
-      return "deadline";
-    case GiveUpReason::kFatal:
-      return "fatal";
-    case GiveUpReason::kAuth:
-      return "auth";
-    case GiveUpReason::kNotIdempotent:
-      return "not_idempotent";
-    case GiveUpReason::kCancelled:
-      return "cancelled";
-    case GiveUpReason::kBudgetExhausted:
-      return "budget_exhausted";
-    case GiveUpReason::kBreakerOpen:
-      return "breaker_open";
-    case GiveUpReason::kPushbackStop:
-      return "pushback_stop";
-  }
-  return "none";
-}
-
 RetryController::RetryController(const MethodPolicy& policy, bool may_repeat,
                                  absl::Time deadline, Clock* clock)
     : policy_(policy),
@@ -58,11 +32,14 @@ absl::Time RetryController::StartAttempt() {
   return attempt_deadline_;
 }
 
-Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
-                                       const Pushback& pushback,
-                                       bool caller_cancelled,
-                                       absl::BitGenRef gen) {
-  const absl::Time now = clock_->Now();
+AttemptOutcome RetryController::OutcomeOf(grpc::StatusCode code,
+                                          bool caller_cancelled) const {
+  return OutcomeAt(code, caller_cancelled, clock_->Now());
+}
+
+AttemptOutcome RetryController::OutcomeAt(grpc::StatusCode code,
+                                          bool caller_cancelled,
+                                          absl::Time now) const {
   AttemptOutcome outcome;
   outcome.code = code;
   outcome.caller_cancelled = caller_cancelled;
@@ -72,8 +49,18 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
   outcome.per_attempt_timeout_expired =
       code == grpc::StatusCode::DEADLINE_EXCEEDED &&
       attempt_deadline_ < deadline_;
+  return outcome;
+}
+
+Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
+                                       const Pushback& pushback,
+                                       bool caller_cancelled,
+                                       absl::BitGenRef gen) {
+  const absl::Time now = clock_->Now();
+  const AttemptOutcome outcome = OutcomeAt(code, caller_cancelled, now);
 
   Decision d;
+  d.outcome = outcome;
   d.status_class = classifier_.Classify(outcome);
   switch (d.status_class) {
     case StatusClass::kOk:

@@ -20,8 +20,9 @@
 #include "absl/random/bit_gen_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "rpcguard/decision/backoff.h"
 #include "rpcguard/clock.h"
+#include "rpcguard/decision/backoff.h"
+#include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/policy.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/decision/status_class.h"
@@ -33,26 +34,6 @@ namespace rpcguard {
 // deadline bounds waits anyway; this bounds calls without one.
 inline constexpr absl::Duration kMaxServerDelay = absl::Seconds(60);
 
-// Why a call stopped without success (or kNone). Names are stable: they
-// appear in status messages, traces and stats.
-enum class GiveUpReason {
-  kNone,
-  kMaxAttempts,      // retriable failure, but the attempts are spent
-  kDeadline,         // the next attempt would not fit in the deadline
-  kFatal,            // the status is not worth retrying
-  kAuth,             // credentials refused
-  kNotIdempotent,    // retriable failure of a method not safe to repeat
-  kCancelled,        // the caller cancelled
-  kBudgetExhausted,  // the retry budget is spent
-  kBreakerOpen,      // the destination's circuit breaker is open
-  kPushbackStop,     // the server said not to retry
-};
-
-// Returns "none", "max_attempts", "deadline", "fatal", "auth",
-// "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
-// "pushback_stop".
-absl::string_view GiveUpReasonName(GiveUpReason reason);
-
 // What to do after an attempt.
 struct Decision {
   // kRefreshAuth: ask the credential refresher, then make one more attempt
@@ -63,6 +44,8 @@ struct Decision {
   StatusClass status_class = StatusClass::kOk;
   // For kRetry: how long to wait before the next attempt.
   absl::Duration delay = absl::ZeroDuration();
+  // The attempt as the classifier saw it (for the breaker: AttemptResultFor).
+  AttemptOutcome outcome;
 };
 
 // The decisions of one call. Thread-compatible: the interceptor serializes
@@ -90,6 +73,15 @@ class RetryController {
   Decision OnAttemptEnd(grpc::StatusCode code, const Pushback& pushback,
                         bool caller_cancelled, absl::BitGenRef gen);
 
+  // How the current attempt, ended with `code`, looks to the classifier now:
+  // whether the caller's deadline or the attempt's own timeout has passed.
+  // OnAttemptEnd decides on exactly this; the glue uses it to tell the
+  // breaker before the decision.
+  AttemptOutcome OutcomeOf(grpc::StatusCode code, bool caller_cancelled) const;
+
+  // The classifier of the policy.
+  const Classifier& classifier() const { return classifier_; }
+
   // Attempts started so far.
   int attempts() const { return attempts_; }
   // The effective deadline of the whole call.
@@ -98,6 +90,9 @@ class RetryController {
   absl::Duration Remaining() const { return deadline_ - clock_->Now(); }
 
  private:
+  AttemptOutcome OutcomeAt(grpc::StatusCode code, bool caller_cancelled,
+                           absl::Time now) const;
+
   const MethodPolicy& policy_;
   const Classifier classifier_;
   const bool may_repeat_;

@@ -81,21 +81,31 @@ void RetryBudget::RecordFirstAttempt() {
   first_attempts_.Add(clock_->Now(), 1, 0);
 }
 
-bool RetryBudget::TryAcquireRetry() {
-  const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
+bool RetryBudget::AllowsOneMoreLocked(absl::Time now) {
   // A first attempt counted concurrently may be missed: that only makes
   // this decision stricter, never overdraws.
   const int64_t first_attempts = first_attempts_.Sum(now).a;
   const int64_t retries = retries_.Sum(now).a;
   const double allowance =
       options_.ratio * static_cast<double>(first_attempts) + floor_;
-  if (static_cast<double>(retries + 1) > allowance + kAllowanceSlack) {
+  return static_cast<double>(retries + 1) <= allowance + kAllowanceSlack;
+}
+
+bool RetryBudget::TryAcquireRetry() {
+  const absl::Time now = clock_->Now();
+  internal::MutexLock lock(&mu_);
+  if (!AllowsOneMoreLocked(now)) {
     ++refused_;
     return false;
   }
   retries_.Add(now, 1, 0);
   return true;
+}
+
+bool RetryBudget::CanAcquireRetry() {
+  const absl::Time now = clock_->Now();
+  internal::MutexLock lock(&mu_);
+  return AllowsOneMoreLocked(now);
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {

@@ -33,7 +33,8 @@
 // All three are kept per key by BreakerRegistry (breaker.h), next to the
 // key's circuit breaker: the interceptor uses the channel target (or target +
 // service) for all three. Ask the breaker before the budget, so that a call
-// the breaker refuses spends no budget (see breaker.h).
+// the breaker refuses spends no budget (see breaker.h and, for the whole
+// order of checks, decision/retry_gate.h).
 
 #ifndef RPCGUARD_DESTINATION_RETRY_BUDGET_H_
 #define RPCGUARD_DESTINATION_RETRY_BUDGET_H_
@@ -114,12 +115,19 @@ class RetryBudget {
   // false (give-up reason budget_exhausted) otherwise.
   bool TryAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether TryAcquireRetry would succeed now; spends and counts nothing.
+  // Lets a call give up before waiting out a backoff the budget would not
+  // pay for (a concurrent retry may still take the last one meanwhile).
+  bool CanAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
+
   RetryBudgetSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
   const RetryBudgetOptions& options() const { return options_; }
 
  private:
   RetryBudget(const RetryBudgetOptions& options, Clock* clock);
+
+  bool AllowsOneMoreLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RetryBudgetOptions options_;
   Clock* const clock_;

@@ -12,9 +12,6 @@
 namespace rpcguard {
 namespace {
 
-static_assert(static_cast<int>(GiveUpReason::kPushbackStop) == 9,
-              "MethodHandle::kReasons must count every GiveUpReason");
-
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
@@ -23,11 +20,11 @@ void Add(std::atomic<uint64_t>& counter, uint64_t n = 1) {
 
 int ReasonIndex(GiveUpReason reason) {
   const int i = static_cast<int>(reason);
-  return i >= 0 && i < 10 ? i : 0;
+  return i >= 0 && i < kNumGiveUpReasons ? i : 0;
 }
 
 std::map<GiveUpReason, uint64_t> ReasonMap(
-    const std::array<std::atomic<uint64_t>, 10>& counters) {
+    const std::array<std::atomic<uint64_t>, kNumGiveUpReasons>& counters) {
   std::map<GiveUpReason, uint64_t> out;
   for (size_t i = 0; i < counters.size(); ++i) {
     const uint64_t n = counters[i].load(kRelaxed);

@@ -48,7 +48,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
@@ -165,7 +165,7 @@ class Stats::MethodHandle {
 
  private:
   friend class Stats;
-  static constexpr int kReasons = 10;  // GiveUpReason values
+  static constexpr int kReasons = kNumGiveUpReasons;
   static constexpr int kDelayBuckets = kRetryDelayBucketsMs.size() + 1;
 
   // All written by Record (relaxed increments), read by Snapshot.

@@ -52,7 +52,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {

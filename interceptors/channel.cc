@@ -1,0 +1,58 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/channel.h"
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/strings/string_view.h"
+#include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/retry_interceptor.h"
+
+namespace rpcguard {
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+MakeInterceptorFactory(Options options) {
+  auto state = std::make_shared<internal::FactoryState>(std::move(options));
+  state->Init(state);
+  return internal::NewRetryInterceptorFactory(std::move(state));
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    Options options, grpc::ChannelArguments args) {
+  // Channels to one target share their breaker and budget.
+  if (options.destination.empty()) options.destination = target;
+  const grpc_channel_args c_args = args.c_channel_args();
+  for (size_t i = 0; i < c_args.num_args; ++i) {
+    const grpc_arg& arg = c_args.args[i];
+    if (!options.allow_grpc_retry_policy && arg.type == GRPC_ARG_STRING &&
+        absl::string_view(arg.key) == GRPC_ARG_SERVICE_CONFIG &&
+        absl::string_view(arg.value.string).find("\"retryPolicy\"") !=
+            absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          "the channel's service config has a retryPolicy: gRPC's built-in "
+          "retries would run inside every rpcguard attempt and multiply "
+          "attempts; move the policy into rpcguard's Config instead, or set "
+          "Options::allow_grpc_retry_policy");
+    }
+  }
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      factories;
+  factories.push_back(MakeInterceptorFactory(std::move(options)));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, args, std::move(factories));
+}
+
+std::shared_ptr<Stats> DefaultStats() {
+  static const std::shared_ptr<Stats>* const stats =
+      new std::shared_ptr<Stats>(std::make_shared<Stats>());
+  return *stats;
+}
+
+void MarkPassThrough(grpc::ClientContext* context) {
+  context->AddMetadata(kPassThroughHeader, "1");
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,90 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/decision/call_plan.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rpcguard {
+namespace {
+
+CallPlan FailFast(CallPlan plan, grpc::StatusCode code, std::string message) {
+  plan.mode = CallMode::kFailFast;
+  plan.reject = grpc::Status(code, std::move(message));
+  return plan;
+}
+
+}  // namespace
+
+absl::string_view CallModeName(CallMode mode) {
+  switch (mode) {
+    case CallMode::kPassThrough:
+      return "pass_through";
+    case CallMode::kMetadataOnly:
+      return "metadata_only";
+    case CallMode::kRide:
+      return "ride";
+    case CallMode::kHijack:
+      return "hijack";
+    case CallMode::kFailFast:
+      return "fail_fast";
+  }
+  return "pass_through";
+}
+
+CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
+  CallPlan plan;
+  if (!facts.unary || facts.marked_pass_through) return plan;
+  plan.idempotency = policy.idempotency;
+  if (!facts.declaration_error.ok()) {
+    return FailFast(plan, grpc::StatusCode::FAILED_PRECONDITION,
+                    absl::StrCat("rpcguard: bad retry declaration: ",
+                                 facts.declaration_error.message()));
+  }
+  if (!facts.destination_error.ok()) {
+    return FailFast(
+        plan, grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("rpcguard: ", facts.destination_error.message()));
+  }
+  if (facts.caller_keys > 1) {
+    return FailFast(plan, grpc::StatusCode::INVALID_ARGUMENT,
+                    "rpcguard: more than one idempotency-key metadata value "
+                    "on the call");
+  }
+  if (facts.caller_keys == 1) {
+    if (absl::Status s = ValidateIdempotencyKey(facts.caller_key); !s.ok()) {
+      return FailFast(plan, grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("rpcguard: ", s.message()));
+    }
+    // A caller's own key says the server deduplicates this call.
+    if (plan.idempotency == Idempotency::kUnknown) {
+      plan.idempotency = Idempotency::kKeyed;
+    }
+  }
+  plan.may_repeat = MayRepeat(plan.idempotency);
+  const bool retries = plan.may_repeat && policy.retry.max_attempts > 1;
+  // Neither a methodConfig timeout (it shortens the caller's deadline) nor
+  // waitForReady can be put on the application's own call.
+  const bool own_call_unfit = policy.timeout != absl::InfiniteDuration() ||
+                              policy.wait_for_ready.has_value();
+  if (own_call_unfit) {
+    plan.mode = CallMode::kHijack;
+  } else if (!retries) {
+    plan.mode = CallMode::kMetadataOnly;
+  } else if (facts.callback_api && facts.response_may_be_message &&
+             policy.per_attempt_timeout == absl::InfiniteDuration()) {
+    // An attempt's own deadline cannot be put on the application's call.
+    plan.mode = CallMode::kRide;
+  } else {
+    plan.mode = CallMode::kHijack;
+  }
+  return plan;
+}
+
+CallPlan RefusedByBreaker(CallPlan plan, absl::string_view message) {
+  plan = FailFast(plan, grpc::StatusCode::UNAVAILABLE,
+                  absl::StrCat("rpcguard: ", message));
+  plan.reason = GiveUpReason::kBreakerOpen;
+  return plan;
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,108 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/decision/retry_gate.h"
+
+#include <cstdint>
+#include <limits>
+
+namespace rpcguard {
+namespace {
+
+// A generator for a controller that is never asked for a backoff.
+struct NoRandomness {
+  using result_type = uint64_t;
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() {
+    return std::numeric_limits<result_type>::max();
+  }
+  result_type operator()() { return 0; }
+};
+
+}  // namespace
+
+bool RecordAttemptEnd(const DestinationGates& dest,
+                      const std::optional<Admission>& admission,
+                      StatusClass status_class, const AttemptOutcome& outcome,
+                      bool server_said_stop) {
+  if (dest.breaker != nullptr && admission.has_value()) {
+    dest.breaker->Record(*admission, AttemptResultFor(status_class, outcome));
+  }
+  if (dest.throttle == nullptr) return true;
+  if (status_class == StatusClass::kOk) {
+    dest.throttle->RecordSuccess();
+    return true;
+  }
+  if (status_class == StatusClass::kRetriable || server_said_stop) {
+    return dest.throttle->RecordFailure();
+  }
+  return dest.throttle->RetryAllowed();
+}
+
+Decision GateRetry(Decision d, bool throttle_allows,
+                   const DestinationGates& dest) {
+  if (d.action != Decision::Action::kRetry) return d;
+  GiveUpReason veto = GiveUpReason::kNone;
+  if (dest.breaker != nullptr &&
+      (dest.breaker->state() == BreakerState::kOpen ||
+       dest.breaker->state() == BreakerState::kForcedOpen)) {
+    veto = GiveUpReason::kBreakerOpen;
+  } else if (!throttle_allows) {
+    veto = GiveUpReason::kBudgetExhausted;
+  } else if (dest.budget != nullptr && !dest.budget->CanAcquireRetry()) {
+    veto = GiveUpReason::kBudgetExhausted;
+  }
+  if (veto != GiveUpReason::kNone) {
+    d.action = Decision::Action::kGiveUp;
+    d.reason = veto;
+    d.delay = absl::ZeroDuration();
+  }
+  return d;
+}
+
+AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
+                           const DestinationGates& dest) {
+  AttemptStart start;
+  if (cancelled) {
+    start.refused = GiveUpReason::kCancelled;
+    return start;
+  }
+  if (remaining <= absl::ZeroDuration()) {
+    start.refused = GiveUpReason::kDeadline;
+    return start;
+  }
+  if (dest.breaker != nullptr) {
+    start.admission = dest.breaker->Admit();
+    if (!start.admission->allowed()) {
+      start.refused = GiveUpReason::kBreakerOpen;
+      return start;
+    }
+  }
+  if (dest.budget != nullptr) {
+    if (number <= 1) {
+      // Only first attempts that go out earn retry budget.
+      dest.budget->RecordFirstAttempt();
+    } else if (!dest.budget->TryAcquireRetry()) {
+      if (start.admission.has_value()) {
+        dest.breaker->Record(*start.admission, AttemptResult::kIgnored);
+        start.admission.reset();
+      }
+      start.refused = GiveUpReason::kBudgetExhausted;
+    }
+  }
+  return start;
+}
+
+Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
+                        absl::Time deadline, Clock* clock,
+                        grpc::StatusCode code, bool caller_cancelled) {
+  MethodPolicy once = policy;
+  once.retry.max_attempts = 1;
+  // The controller's policy must outlive it: `once` does.
+  RetryController controller(once, may_repeat, deadline, clock);
+  controller.StartAttempt();
+  // One attempt allowed: no backoff is ever drawn.
+  NoRandomness none;
+  return controller.OnAttemptEnd(code, Pushback(), caller_cancelled, none);
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,47 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/grpc_1_51_probes.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/version_info.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace rpcguard {
+namespace internal {
+
+#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51
+#define RPCGUARD_GRPC_1_51 1
+#else
+#define RPCGUARD_GRPC_1_51 0
+#endif
+
+bool ProbesKnowThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
+
+bool CertainlyNotAMessage(const void* object) {
+  if (object == nullptr) return true;
+  const void* first_word;
+  std::memcpy(&first_word, object, sizeof(first_word));
+  return first_word == nullptr;
+}
+
+bool IsCallbackUnaryCall(grpc::experimental::InterceptorBatchMethods* batch,
+                         grpc::ClientContext* context) {
+#if RPCGUARD_GRPC_1_51
+  const grpc::Status* status = batch->GetRecvStatus();
+  grpc_call* call = context->c_call();
+  if (status == nullptr || call == nullptr) return false;
+  const auto next = reinterpret_cast<uintptr_t>(grpc_call_arena_alloc(call, 1));
+  const auto end = reinterpret_cast<uintptr_t>(status + 1);
+  // The arena rounds every allocation up to 16 bytes.
+  return end <= next && next - end < 16;
+#else
+  (void)batch;
+  (void)context;
+  return false;
+#endif
+}
+
+}  // namespace internal
+}  // namespace rpcguard

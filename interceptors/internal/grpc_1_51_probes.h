@@ -1,0 +1,52 @@
+// Copyright rpcguard authors.
+//
+// What rpcguard reads of gRPC 1.51's internals, all in one place. gRPC's
+// interceptor API does not say which stub API a call uses, nor the type of
+// the application's response object; these probes recover both from memory
+// layouts that gRPC 1.51.x is known to have. Each is compiled only for gRPC
+// 1.51 (GRPC_CPP_VERSION_MAJOR/MINOR) and answers the safe "don't know" on any
+// other version, which costs speed (a hijack instead of a ride), never
+// correctness. tests/grpc_1_51_probes_test.cc checks each probe against real
+// calls and fails loudly when gRPC changes under it.
+
+#ifndef RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_
+#define RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/interceptor.h>
+
+namespace rpcguard {
+namespace internal {
+
+// Whether this build's probes know the gRPC version it was compiled against.
+// False means every probe answers its safe default.
+bool ProbesKnowThisGrpc();
+
+// Whether the application's response object certainly is not a protobuf
+// message. gRPC's interceptor API hands it over as a void*; a generated
+// stub's is a MessageLite, whose first word is its vtable pointer and never
+// null. A grpc::GenericStub caller's is a grpc::ByteBuffer, whose only member
+// is a grpc_byte_buffer*, null while the buffer is empty (a fresh response
+// buffer). A non-empty ByteBuffer cannot be told apart this way. Null
+// `object` answers true.
+bool CertainlyNotAMessage(const void* object);
+
+// Whether `batch`, the first batch of a call, belongs to a callback-API
+// unary call: the one API whose first attempt can be the application's own
+// call (CallMode::kRide). Neither the batch's operations nor ClientRpcInfo
+// tell the APIs apart; where the status the application will read lives
+// does. gRPC 1.51's callback unary call allocates its operations and its
+// completion tag, whose last member is that status, in the call's arena just
+// before it starts this batch; the sync API keeps the status on the caller's
+// stack, the CQ API wherever the caller put it. So the status ends right
+// below the arena's next free byte exactly for callback calls. Costs one
+// 16-byte allocation from the call's arena. Anything unexpected (another
+// gRPC version, an earlier interceptor that allocated from the arena)
+// answers false.
+bool IsCallbackUnaryCall(grpc::experimental::InterceptorBatchMethods* batch,
+                         grpc::ClientContext* context);
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_

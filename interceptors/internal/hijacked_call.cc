@@ -1,0 +1,675 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/hijacked_call.h"
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/client_callback.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rpcguard/decision/retry_gate.h"
+#include "rpcguard/internal/deadline.h"
+#include "rpcguard/internal/grpc_1_51_probes.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+bool Replaced(const Metadata& replacements, const std::string& key) {
+  for (const auto& kv : replacements) {
+    if (kv.first == key) return true;
+  }
+  return false;
+}
+
+// Copies a gRPC metadata map into strings that outlive the attempt.
+void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
+                  Metadata* to) {
+  for (const auto& kv : from) {
+    to->emplace_back(std::string(kv.first.data(), kv.first.size()),
+                     std::string(kv.second.data(), kv.second.size()));
+  }
+}
+
+// Points an application's metadata map at `from` (which outlives it).
+void AddMetadata(const Metadata& from,
+                 std::multimap<grpc::string_ref, grpc::string_ref>* to) {
+  for (const auto& kv : from) {
+    to->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+  }
+}
+
+}  // namespace
+
+HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
+                           const MethodState& method, absl::Time deadline,
+                           bool may_repeat)
+    : factory_(std::move(factory)),
+      method_(method),
+      policy_(method.resolved.policy),
+      call_id_(factory_->random()->Next64()),
+      caller_deadline_(deadline),
+      controller_(policy_, may_repeat, deadline, factory_->clock()) {
+  if (factory_->refresher()) controller_.EnableAuthRefresh();
+}
+
+void HijackedCall::Start() { StartAttempt(); }
+
+void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
+                                    void* response_object) {
+  response_object_ = response_object;
+  auto attempt = std::make_shared<Attempt>();
+  attempt->admission = std::move(admission);
+  internal::MutexLock lock(&mu_);
+  attempt->deadline = controller_.StartAttempt();
+  attempt_ = std::move(attempt);
+  phase_ = Phase::kAttempting;
+}
+
+bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
+                                      const grpc::ChannelInterface* channel) {
+  std::shared_ptr<Attempt> attempt;
+  {
+    internal::MutexLock lock(&mu_);
+    attempt = attempt_;
+  }
+  grpc::Status status = *batch->GetRecvStatus();
+  if (status.ok() &&
+      batch->QueryInterceptionHookPoint(
+          InterceptionHookPoints::POST_RECV_MESSAGE) &&
+      batch->GetRecvMessage() == nullptr) {
+    // gRPC hides a response it could not parse (or none at all) and
+    // reports OK; a hijacked call would say so, and so does this one.
+    status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: cannot parse the response of ", method_.name,
+                     ": the server sent none, or one not of the "
+                     "application's response type"));
+  }
+  if (!status.ok()) {
+    // What later attempts need, only now that there may be any. Written
+    // before Decide lets a canceller or an alarm run StartAttempt.
+    setup_.channel = batch->GetInterceptedChannel();
+    setup_.rpc_method = &method_.RpcMethodFor(channel);
+  }
+  Next next = Decide(attempt, status, *batch->GetRecvTrailingMetadata(), batch);
+  switch (next.kind) {
+    case Next::Kind::kNothing:  // nothing else ends a riding call's attempt
+    case Next::Kind::kConclude:
+      Conclude(next.ending);  // no parked batch: `batch` is filled here
+      FillReceived(batch, *next.ending.outcome);
+      return false;
+    case Next::Kind::kRetry:
+    case Next::Kind::kRefresh:
+      Continue(next, status);
+      return true;
+  }
+  return false;
+}
+
+void HijackedCall::FailBeforeStart(const grpc::Status& status,
+                                   GiveUpReason reason) {
+  Ending ending;
+  {
+    internal::MutexLock lock(&mu_);
+    ending = FinishLocked(status, reason, nullptr);
+  }
+  Conclude(ending);
+}
+
+void HijackedCall::Cancel() {
+  {
+    internal::MutexLock lock(&mu_);
+    if (cancelled_ || phase_ == Phase::kDone) return;
+    cancelled_ = true;
+    cancel_alarm_ = std::make_unique<grpc::Alarm>();
+  }
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  // A deadline in the past: the alarm fires at once, on a gRPC thread.
+  cancel_alarm_->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC), [weak](bool) {
+    if (auto self = weak.lock()) self->DoCancel();
+  });
+}
+
+void HijackedCall::Park(InterceptorBatchMethods* batch) {
+  std::shared_ptr<const FinalOutcome> outcome;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ != Phase::kDone) {
+      parked_.push_back(batch);
+      return;
+    }
+    outcome = outcome_;
+  }
+  Serve({batch}, *outcome);
+}
+
+void HijackedCall::StartAttempt() {
+  int number;
+  bool cancelled;
+  absl::Duration remaining;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    number = controller_.attempts() + 1;
+    cancelled = cancelled_;
+    remaining = controller_.Remaining();
+  }
+  // Outside mu_: the breaker may call transition listeners.
+  AttemptStart start =
+      BeforeAttempt(number, cancelled, remaining, method_.gates());
+  auto attempt = std::make_shared<Attempt>();
+  attempt->context = std::make_shared<grpc::ClientContext>();
+  Ending ending;
+  bool ended = false;
+  bool give_back = false;
+  bool send = false;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) {
+      give_back = start.refused == GiveUpReason::kNone;
+    } else {
+      GiveUpReason refused = start.refused;
+      if (refused == GiveUpReason::kNone && cancelled_) {
+        // Cancelled while the gate was asked.
+        refused = GiveUpReason::kCancelled;
+        give_back = true;
+      }
+      switch (refused) {
+        case GiveUpReason::kNone:
+          attempt->admission = std::move(start.admission);
+          attempt->deadline = controller_.StartAttempt();
+          attempt_ = attempt;
+          last_attempt_.reset();
+          phase_ = Phase::kSending;
+          in_flight_ = shared_from_this();
+          send = true;
+          break;
+        case GiveUpReason::kBreakerOpen:
+          ending = FinishLocked(
+              grpc::Status(
+                  grpc::StatusCode::UNAVAILABLE,
+                  absl::StrCat("rpcguard: ", method_.breaker->RefusalMessage(
+                                                 *start.admission))),
+              refused, nullptr);
+          ended = true;
+          break;
+        case GiveUpReason::kCancelled:
+          ending = FinishLocked(CancelledByCaller(), refused, nullptr);
+          ended = true;
+          break;
+        case GiveUpReason::kBudgetExhausted:
+          // The previous attempt's answer stands, as for any give-up.
+          ending =
+              FinishLocked(last_status_, refused, last_attempt_.get(),
+                           TraceEvent::Kind::kAttempt, StatusClass::kRetriable);
+          ended = true;
+          break;
+        default:  // kDeadline
+          ending = FinishLocked(
+              grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                           absl::StrCat("deadline passed before attempt ",
+                                        controller_.attempts() + 1)),
+              GiveUpReason::kDeadline, nullptr);
+          ended = true;
+          break;
+      }
+    }
+  }
+  // An admitted attempt that is not sent gives its permit back.
+  if (give_back && start.admission.has_value() && method_.breaker) {
+    method_.breaker->Record(*start.admission, AttemptResult::kIgnored);
+  }
+  if (ended) Conclude(ending);
+  if (!send) return;
+
+  // Held here too: the attempt may end, and release its context, before
+  // this function is done with it.
+  const std::shared_ptr<grpc::ClientContext> context = attempt->context;
+  PrepareContext(*context, *attempt, number);
+  // The callback captures only `this`, which std::function stores without
+  // allocating; in_flight_ keeps this object alive until it runs.
+  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      setup_.channel.get(), *setup_.rpc_method, context.get(), &setup_.request,
+      &attempt->response,
+      [this](grpc::Status status) { OnAttemptDone(std::move(status)); });
+
+  bool cancel_now;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kSending && attempt_ == attempt) {
+      phase_ = Phase::kAttempting;
+    }
+    cancel_now = cancelled_ && attempt_ == attempt;
+  }
+  // A cancel that came while the attempt was being started found it not
+  // yet cancellable; cancel it now.
+  if (cancel_now) context->TryCancel();
+}
+
+void HijackedCall::PrepareContext(grpc::ClientContext& ctx,
+                                  const Attempt& attempt, int number) {
+  if (attempt.deadline == caller_deadline_) {
+    // The caller's own deadline (no per-attempt timeout before it): taken
+    // as it is, with no clock read or conversion.
+    ctx.set_deadline(setup_.raw_deadline);
+  } else {
+    ctx.set_deadline(NoLaterThanCaller(attempt.deadline, factory_->clock(),
+                                       setup_.raw_deadline));
+  }
+  std::optional<RefreshedCredentials> refreshed;
+  {
+    internal::MutexLock lock(&mu_);
+    refreshed = refreshed_;
+  }
+  if (refreshed && refreshed->credentials) {
+    ctx.set_credentials(refreshed->credentials);
+  } else if (setup_.credentials) {
+    ctx.set_credentials(setup_.credentials);
+  }
+  if (setup_.compression != GRPC_COMPRESS_NONE) {
+    ctx.set_compression_algorithm(setup_.compression);
+  }
+  if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
+  for (const auto& kv : setup_.metadata) {
+    if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
+    ctx.AddMetadata(kv.first, kv.second);
+  }
+  if (refreshed) {
+    for (const auto& kv : refreshed->metadata) {
+      ctx.AddMetadata(kv.first, kv.second);
+    }
+  }
+  ctx.AddMetadata(HeaderString<kIdempotencyKeyHeader>(),
+                  setup_.idempotency_key);
+  ctx.AddMetadata(HeaderString<kAttemptHeader>(), absl::StrCat(number));
+}
+
+void HijackedCall::OnAttemptDone(grpc::Status status) {
+  // Declared first, so destroyed last: this object may be otherwise
+  // unreferenced once the application's call has been finished below.
+  std::shared_ptr<HijackedCall> self;
+  std::shared_ptr<Attempt> attempt;
+  {
+    internal::MutexLock lock(&mu_);
+    self = std::move(in_flight_);
+    attempt = attempt_;
+  }
+  Next next = Decide(attempt, status,
+                     attempt->context->GetServerTrailingMetadata(), nullptr);
+  switch (next.kind) {
+    case Next::Kind::kNothing:
+      return;
+    case Next::Kind::kConclude:
+      Conclude(next.ending);
+      return;
+    case Next::Kind::kRetry:
+    case Next::Kind::kRefresh:
+      Continue(next, status);
+      return;
+  }
+}
+
+HijackedCall::Next HijackedCall::Decide(
+    const std::shared_ptr<Attempt>& attempt, const grpc::Status& status,
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+    InterceptorBatchMethods* hold) {
+  Pushback pushback;
+  if (!status.ok()) {
+    auto it = trailers.find(kPushbackTrailer);
+    if (it != trailers.end()) {
+      pushback = ParsePushback(
+          absl::string_view(it->second.data(), it->second.size()));
+    }
+    pushback.min_delay = ParseRetryInfo(status.error_details());
+  }
+  const bool server_said_stop = pushback.kind == Pushback::Kind::kStop;
+  AttemptOutcome outcome;
+  {
+    internal::MutexLock lock(&mu_);
+    outcome = controller_.OutcomeOf(status.error_code(), cancelled_);
+  }
+  // The destination learns of the attempt first (retry_gate.h), outside
+  // mu_: a breaker transition calls listeners on this thread.
+  const bool throttle_allows = RecordAttemptEnd(
+      method_.gates(), attempt->admission,
+      policy_.MakeClassifier().Classify(outcome), outcome, server_said_stop);
+
+  Next next;
+  internal::MutexLock lock(&mu_);
+  attempt_.reset();
+  if (phase_ == Phase::kDone) return next;
+  RandomBitGen gen(factory_->random());
+  const Decision d = GateRetry(
+      controller_.OnAttemptEnd(status.error_code(), pushback, cancelled_, gen),
+      throttle_allows, method_.gates());
+  switch (d.action) {
+    case Decision::Action::kRefreshAuth:
+      next.kind = Next::Kind::kRefresh;
+      phase_ = Phase::kRefreshing;
+      next.deadline = controller_.deadline();
+      if (next.deadline != absl::InfiniteFuture()) {
+        refresh_alarm_ = std::make_unique<grpc::Alarm>();
+      }
+      break;
+    case Decision::Action::kRetry:
+      next.kind = Next::Kind::kRetry;
+      phase_ = Phase::kBackoffPending;
+      next.backoff_until = factory_->clock()->Now() + d.delay;
+      backoff_alarm_ = std::make_unique<grpc::Alarm>();
+      break;
+    case Decision::Action::kDone:
+    case Decision::Action::kGiveUp: {
+      const grpc::Status final =
+          cancelled_ && !status.ok() ? CancelledByCaller() : status;
+      next.kind = Next::Kind::kConclude;
+      next.ending = FinishLocked(final, d.reason, attempt.get(),
+                                 TraceEvent::Kind::kAttempt, d.status_class);
+      return next;
+    }
+  }
+  // The call goes on: its last answer stands if the next attempt is
+  // refused or the refresh fails.
+  last_status_ = status;
+  last_attempt_ = attempt;
+  if (hold != nullptr) parked_.push_back(hold);
+  next.event.attempt = controller_.attempts();
+  next.event.status_class = d.status_class;
+  next.event.backoff = d.delay;
+  next.event.deadline_left = controller_.Remaining();
+  return next;
+}
+
+void HijackedCall::Continue(Next& next, const grpc::Status& status) {
+  TraceEvent& event = next.event;
+  event.time = factory_->clock()->Now();
+  event.call_id = call_id_;
+  event.code = status.error_code();
+  event.decision = TraceDecision::kRetry;
+  factory_->Emit(method_, event, [&](TraceEvent& e) {
+    e.method = method_.name;
+    e.idempotency_key = setup_.idempotency_key;
+    e.message = status.error_message();
+    FactoryState::FillBreaker(method_, e);
+  });
+  if (next.kind == Next::Kind::kRefresh) {
+    BeginRefresh(next.deadline);
+    return;
+  }
+
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  grpc::Alarm* alarm = backoff_alarm_.get();
+  alarm->Set(ToSystemTime(next.backoff_until, factory_->clock()), [weak](bool) {
+    if (auto self = weak.lock()) self->StartAttempt();
+  });
+  bool cancel_now;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kBackoffPending) phase_ = Phase::kBackingOff;
+    cancel_now = cancelled_;
+  }
+  // A cancel during the backoff: end it now rather than when it expires.
+  if (cancel_now) alarm->Cancel();
+}
+
+void HijackedCall::BeginRefresh(absl::Time deadline) {
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  if (refresh_alarm_) {
+    refresh_alarm_->Set(
+        NoLaterThanCaller(deadline, factory_->clock(), setup_.raw_deadline),
+        [weak](bool fired) {
+          if (!fired) return;
+          if (auto self = weak.lock()) {
+            self->EndRefresh(absl::DeadlineExceededError(""));
+          }
+        });
+  }
+  // Held weakly: a refresher that answers after the call ended finds
+  // nothing to do.
+  factory_->refresher()(method_.name,
+                        [weak](absl::StatusOr<RefreshedCredentials> result) {
+                          if (auto self = weak.lock()) {
+                            self->EndRefresh(std::move(result));
+                          }
+                        });
+}
+
+void HijackedCall::EndRefresh(absl::StatusOr<RefreshedCredentials> result) {
+  Ending ending;
+  bool start = false;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ != Phase::kRefreshing) return;
+    const bool timed_out =
+        result.status().code() == absl::StatusCode::kDeadlineExceeded &&
+        result.status().message().empty();
+    if (cancelled_) {
+      ending =
+          FinishLocked(CancelledByCaller(), GiveUpReason::kCancelled, nullptr);
+    } else if (timed_out) {
+      ending = FinishLocked(last_status_, GiveUpReason::kDeadline,
+                            last_attempt_.get());
+    } else if (!result.ok()) {
+      ending = FinishLocked(
+          grpc::Status(last_status_.error_code(),
+                       absl::StrCat(last_status_.error_message(),
+                                    " (rpcguard: credential refresh failed: ",
+                                    result.status().message(), ")"),
+                       last_status_.error_details()),
+          GiveUpReason::kAuth, last_attempt_.get());
+    } else {
+      refreshed_ = *std::move(result);
+      phase_ = Phase::kStarting;
+      start = true;
+    }
+  }
+  if (refresh_alarm_) refresh_alarm_->Cancel();
+  if (start) {
+    StartAttempt();
+  } else {
+    Conclude(ending);
+  }
+}
+
+void HijackedCall::DoCancel() {
+  std::shared_ptr<grpc::ClientContext> attempt;
+  grpc::Alarm* alarm = nullptr;
+  bool end_refresh = false;
+  {
+    internal::MutexLock lock(&mu_);
+    switch (phase_) {
+      case Phase::kRefreshing:
+        // The refresher cannot be stopped; the call ends without it.
+        end_refresh = true;
+        break;
+      case Phase::kAttempting:
+        if (attempt_ != nullptr) attempt = attempt_->context;
+        break;
+      case Phase::kBackingOff:
+        alarm = backoff_alarm_.get();
+        break;
+      default:
+        // kSending, kBackoffPending: the thread in StartAttempt or Continue
+        // sees cancelled_ and acts. kStarting, kDone: nothing runs.
+        break;
+    }
+  }
+  if (end_refresh) {
+    EndRefresh(absl::CancelledError());
+    return;
+  }
+  // Its completion (a CANCELLED attempt) ends the call.
+  if (attempt) attempt->TryCancel();
+  // Its callback calls StartAttempt, which ends the call as cancelled.
+  if (alarm) alarm->Cancel();
+}
+
+HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
+                                                GiveUpReason reason,
+                                                Attempt* last,
+                                                TraceEvent::Kind kind,
+                                                StatusClass status_class) {
+  phase_ = Phase::kDone;
+  auto out = std::make_shared<FinalOutcome>();
+  const int attempts = controller_.attempts();
+  TraceEvent& terminal = out->terminal;
+  terminal.kind = kind;
+  terminal.attempt =
+      kind == TraceEvent::Kind::kAttempt ? attempts : attempts + 1;
+  terminal.code = status.error_code();
+  terminal.status_class = status.ok() ? StatusClass::kOk : status_class;
+  terminal.decision =
+      status.ok() ? TraceDecision::kDone : TraceDecision::kGiveUp;
+  terminal.reason = status.ok()                     ? GiveUpReason::kNone
+                    : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
+                                                    : reason;
+  terminal.deadline_left = controller_.Remaining();
+  terminal.message = status.error_message();
+  out->attempts = attempts;
+  // A success carries no message; its attempts are in the trailer.
+  out->status = status.ok()
+                    ? status
+                    : grpc::Status(status.error_code(),
+                                   AnnotateMessage(status.error_message(),
+                                                   attempts, reason),
+                                   status.error_details());
+  out->attempts_text = absl::StrCat(attempts);
+  out->from_app_call = last != nullptr && last->context == nullptr;
+  if (last != nullptr && last->context != nullptr) {
+    out->response.Swap(&last->response);
+    CopyMetadata(last->context->GetServerInitialMetadata(),
+                 &out->initial_metadata);
+    CopyMetadata(last->context->GetServerTrailingMetadata(),
+                 &out->trailing_metadata);
+    // Everything needed is copied: let the attempt's context (and its
+    // channel reference) go now, while the application's call still holds
+    // the channel (see Attempt::context).
+    last->context.reset();
+  }
+  last_attempt_.reset();
+  outcome_ = out;
+  Ending ending;
+  ending.outcome = std::move(out);
+  ending.batches.swap(parked_);
+  return ending;
+}
+
+void HijackedCall::Conclude(const Ending& ending) {
+  const FinalOutcome& outcome = *ending.outcome;
+  TraceEvent e = outcome.terminal;
+  e.time = factory_->clock()->Now();
+  e.call_id = call_id_;
+  factory_->Emit(method_, e, [&](TraceEvent& event) {
+    event.method = method_.name;
+    event.idempotency_key = setup_.idempotency_key;
+    FactoryState::FillBreaker(method_, event);
+  });
+  if (e.decision == TraceDecision::kGiveUp) {
+    factory_->ReportGiveUp(method_, e, outcome.attempts, setup_.idempotency_key,
+                           setup_.request);
+  }
+  Serve(ending.batches, outcome);
+}
+
+void HijackedCall::Serve(const Batches& batches,
+                         const FinalOutcome& outcome) const {
+  grpc::Status status = outcome.status;
+  InterceptorBatchMethods* status_batch = nullptr;
+  for (InterceptorBatchMethods* b : batches) {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_STATUS)) {
+      status_batch = b;  // a unary call has one
+    } else {
+      FillBatch(b, outcome, &status);
+      b->Proceed();
+    }
+  }
+  if (status_batch != nullptr) {
+    FillBatch(status_batch, outcome, &status);
+    status_batch->Proceed();
+  }
+}
+
+bool HijackedCall::FillMessage(void* object, const FinalOutcome& outcome,
+                               grpc::Status* status) const {
+  if (!status->ok()) return false;
+  if (CertainlyNotAMessage(object)) {
+    *status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: the response object of ", method_.name,
+                     " is not a protobuf message (a grpc::GenericStub "
+                     "call with grpc::ByteBuffer?); call "
+                     "rpcguard::MarkPassThrough(&context) before such "
+                     "calls"));
+    return false;
+  }
+  // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
+  // ByteBuffer callers must opt out (MarkPassThrough). Parsing consumes its
+  // buffer: it gets a copy (a reference to the same slices).
+  grpc::ByteBuffer response(outcome.response);
+  grpc::Status parsed =
+      grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
+          &response, static_cast<grpc::protobuf::MessageLite*>(object));
+  if (!parsed.ok()) {
+    *status =
+        grpc::Status(grpc::StatusCode::INTERNAL,
+                     absl::StrCat("rpcguard: cannot parse the response of ",
+                                  method_.name, ": ", parsed.error_message()));
+    return false;
+  }
+  return true;
+}
+
+void HijackedCall::FillReceived(InterceptorBatchMethods* b,
+                                const FinalOutcome& outcome) const {
+  auto* trailing = b->GetRecvTrailingMetadata();
+  grpc::Status status = outcome.status;
+  if (!outcome.from_app_call) {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      auto* map = b->GetRecvInitialMetadata();
+      map->clear();
+      AddMetadata(outcome.initial_metadata, map);
+    }
+    // The batch's own message pointer is null after a failed attempt: the
+    // object was captured with the first batch.
+    FillMessage(response_object_, outcome, &status);
+    trailing->clear();
+    AddMetadata(outcome.trailing_metadata, trailing);
+  }
+  *b->GetRecvStatus() = status;
+  trailing->emplace(grpc::string_ref(kAttemptsTrailer),
+                    grpc::string_ref(outcome.attempts_text));
+}
+
+void HijackedCall::FillBatch(InterceptorBatchMethods* b,
+                             const FinalOutcome& outcome,
+                             grpc::Status* status) const {
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
+    FillReceived(b, outcome);
+    return;
+  }
+  if (b->QueryInterceptionHookPoint(
+          InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
+    AddMetadata(outcome.initial_metadata, b->GetRecvInitialMetadata());
+  }
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_MESSAGE)) {
+    if (!FillMessage(b->GetRecvMessage(), outcome, status)) {
+      b->FailHijackedRecvMessage();
+    }
+  }
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_STATUS)) {
+    *b->GetRecvStatus() = *status;
+    auto* map = b->GetRecvTrailingMetadata();
+    AddMetadata(outcome.trailing_metadata, map);
+    map->emplace(grpc::string_ref(kAttemptsTrailer),
+                 grpc::string_ref(outcome.attempts_text));
+  }
+}
+
+}  // namespace internal
+}  // namespace rpcguard
