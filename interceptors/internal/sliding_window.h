@@ -121,8 +121,8 @@ class StripedWindow {
   static constexpr int kMaxStripes = 8;
 
   // One stripe per core, up to kMaxStripes: no more threads than cores count
-  // at once, and every stripe more costs each Sum a lock and a pass over
-  // its buckets (a retry budget's decision sums on every retry).
+  // at once, and every stripe more costs each Sum one more lock (a retry
+  // budget's decision sums on every retry).
   static int StripeCount() {
     static const int n = static_cast<int>(std::clamp<unsigned>(
         std::thread::hardware_concurrency(), 1, kMaxStripes));
