@@ -138,7 +138,9 @@ class StripedWindow {
 
   // Adds to the calling thread's stripe if `keep()`, called under that
   // stripe's lock, returns true (so that a check and the add are atomic with
-  // respect to LockAll()). Returns whether it added.
+  // respect to LockAll()). Returns whether it added. The circuit breaker's
+  // generation check relies on this (invariants 1 and 3 in
+  // destination/breaker.cc).
   template <typename Keep>
   bool AddIf(absl::Time now, int64_t a, int64_t b, Keep keep) {
     Stripe& stripe = *stripes_[ThisThreadStripe()];
