@@ -8,13 +8,29 @@
 // under that stripe's lock, so concurrent callers neither wait for each other
 // nor bounce a cache line. Only a failure sums the stripes (only a failure
 // can raise the failure ratio), and only a trip takes the breaker's mutex.
-
-// The generation (the number of transitions so far) ties each Admission to
-// the state period that granted it. A result that arrives after the breaker
-// moved on (an attempt admitted in CLOSED finishing after the trip, a probe
-// finishing after the breaker reopened) describes a period that is over and
-// changes nothing; in particular it cannot close a breaker or free a permit
-// of a later HALF_OPEN period.
+//
+// The generation (the number of state periods so far: transitions, and
+// Reset() in CLOSED) ties each Admission to the state period that granted
+// it. A result that arrives after the breaker moved on (an attempt admitted
+// in CLOSED finishing after the trip, a probe finishing after the breaker
+// reopened) describes a period that is over and changes nothing; in
+// particular it cannot close a breaker or free a permit of a later HALF_OPEN
+// period.
+//
+// The protocol between word_, the stripes and mu_ rests on three
+// invariants, cited by number where they are relied on:
+//
+//   1. word_ (the state and generation, packed) changes only while holding
+//      mu_ and every stripe lock of window_ (NextGenerationLocked), and the
+//      stripes are cleared in the same step.
+//   2. open_until_ns_ is stored before word_ turns OPEN, and word_ is stored
+//      with release: a lock-free Admit that loads OPEN with acquire reads an
+//      open_until_ns_ at least as new as that OPEN period (OpenLocked calls
+//      SetOpenUntilLocked before TransitionLocked).
+//   3. A result is counted only if its admission's generation equals the
+//      current one, checked under the lock it is counted under: a CLOSED
+//      result under its stripe's lock (StripedWindow::AddIf), so by 1 it
+//      can never land in the next period's counts; a probe's under mu_.
 //
 // Listeners are never called under the mutex. A transition is queued under
 // the mutex; after releasing it, the thread that caused the transition
@@ -214,7 +230,8 @@ Admission CircuitBreaker::Admit() {
   // Read before locking, to keep the clock out of the critical section.
   const absl::Time now = clock_->Now();
   if (admission.state_ == BreakerState::kOpen) {
-    // Stored before word_ turned OPEN: at least as new as this OPEN period.
+    // Stored before word_ turned OPEN (invariant 2): at least as new as
+    // this OPEN period.
     const absl::Time until =
         absl::FromUnixNanos(open_until_ns_.load(std::memory_order_acquire));
     if (now < until) {
@@ -295,7 +312,7 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
     internal::MutexLock lock(&mu_);
     if (GenerationOf(word_.load(std::memory_order_relaxed)) !=
         admission.generation_) {
-      return;  // its HALF_OPEN period is over
+      return;  // its HALF_OPEN period is over (invariant 3)
     }
     // Never below 0, even if a caller records one admission twice.
     if (probes_in_flight_ > 0) --probes_in_flight_;
@@ -316,9 +333,10 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
 
 void CircuitBreaker::RecordClosed(const Admission& admission, bool failed,
                                   absl::Time now) {
-  // Checked under the stripe's lock: a transition holds every stripe while
-  // it changes the generation and clears the counts, so a result of an
-  // ended CLOSED period can never land in the next one.
+  // Invariant 3, checked under the stripe's lock: by invariant 1 a
+  // transition holds every stripe while it changes the generation and clears
+  // the counts, so a result of an ended CLOSED period can never land in the
+  // next one.
   const uint32_t generation = admission.generation_;
   const bool added = window_.AddIf(now, 1, failed ? 1 : 0, [&] {
     return GenerationOf(word_.load(std::memory_order_relaxed)) == generation;
@@ -395,11 +413,16 @@ bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
 }
 
 void CircuitBreaker::SetOpenUntilLocked(absl::Time t) {
+  // Relaxed is enough: callers store it before word_'s release store that
+  // turns OPEN (invariant 2).
   open_until_ = t;
   open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
 }
 
 void CircuitBreaker::NextGenerationLocked(BreakerState state) {
+  // The only store to word_ after construction: under mu_ and every stripe
+  // lock, clearing the counts in the same step (invariant 1). Release, for
+  // Admit's lock-free acquire load (invariant 2).
   const uint32_t generation =
       GenerationOf(word_.load(std::memory_order_relaxed)) + 1;
   window_.LockAll();

@@ -121,8 +121,8 @@ class StripedWindow {
   static constexpr int kMaxStripes = 8;
 
   // One stripe per core, up to kMaxStripes: no more threads than cores count
-  // at once, and every stripe more costs each Sum a lock and a pass over
-  // its buckets (a retry budget's decision sums on every retry).
+  // at once, and every stripe more costs each Sum one more lock (a retry
+  // budget's decision sums on every retry).
   static int StripeCount() {
     static const int n = static_cast<int>(std::clamp<unsigned>(
         std::thread::hardware_concurrency(), 1, kMaxStripes));
@@ -138,7 +138,9 @@ class StripedWindow {
 
   // Adds to the calling thread's stripe if `keep()`, called under that
   // stripe's lock, returns true (so that a check and the add are atomic with
-  // respect to LockAll()). Returns whether it added.
+  // respect to LockAll()). Returns whether it added. The circuit breaker's
+  // generation check relies on this (invariants 1 and 3 in
+  // destination/breaker.cc).
   template <typename Keep>
   bool AddIf(absl::Time now, int64_t a, int64_t b, Keep keep) {
     Stripe& stripe = *stripes_[ThisThreadStripe()];

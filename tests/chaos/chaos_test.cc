@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 //
-// Chaos against a real server process (issue 7, section 3).
+// Chaos against a real server process.
 //
 // The fault server runs as a child process (fault_server_main) on
 // 127.0.0.1. While steady load runs through rpcguard (sync and callback
@@ -64,8 +64,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
 #include "tests/chaos/server_process.h"
 
 #if defined(__SANITIZE_ADDRESS__)
