@@ -3,6 +3,7 @@
 #include "rpcguard/config.h"
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,6 +17,22 @@
 #include "internal/proto_options.h"  // private to :config
 
 namespace rpcguard {
+namespace {
+
+// Each source once, and the built-in default, which sets every field, last.
+constexpr bool IsValidPrecedence() {
+  uint32_t seen = 0;
+  for (PolicySource source : kPolicyPrecedence) {
+    const uint32_t bit = 1u << static_cast<int>(source);
+    if (seen & bit) return false;
+    seen |= bit;
+  }
+  return kPolicyPrecedence[std::size(kPolicyPrecedence) - 1] ==
+         PolicySource::kDefault;
+}
+static_assert(IsValidPrecedence());
+
+}  // namespace
 
 Config::Config() : tables_(std::make_shared<Tables>()) {}
 
@@ -33,19 +50,11 @@ absl::StatusOr<Config> Config::FromJson(absl::string_view json) {
 
 ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
   const Tables& t = *tables_;
-  ResolvedPolicy r;
-  uint32_t have = 0;
-  auto take = [&](const MethodPolicy& from, uint32_t fields,
-                  PolicySource source) {
-    const uint32_t before = have;
-    MergePolicy(from, fields, &r.policy, &have);
-    for (int i = 0; i < kNumPolicyFields; ++i) {
-      if ((have & ~before) & (1u << i)) r.sources[i] = source;
-    }
-  };
-
+  // "/pkg.Svc/Method" in parts; a path of any other form has only the
+  // sources that need no name.
   absl::string_view service_name;
   absl::string_view method_name;
+  absl::string_view method_key;  // "pkg.Svc/Method", the methods table's key
   absl::string_view path = full_method;
   if (absl::ConsumePrefix(&path, "/")) {
     const size_t slash = path.find('/');
@@ -53,37 +62,58 @@ ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
         slash + 1 < path.size()) {
       service_name = path.substr(0, slash);
       method_name = path.substr(slash + 1);
-      // `path` is now "pkg.Svc/Method", the methods table's key form.
-      auto method = t.methods.find(path);
-      if (method != t.methods.end()) {
-        take(method->second.policy, method->second.fields,
-             PolicySource::kConfigMethod);
-      }
-      auto service = t.services.find(service_name);
-      if (service != t.services.end()) {
-        take(service->second.policy, service->second.fields,
-             PolicySource::kConfigService);
-      }
+      method_key = path;
     }
   }
-  if (!service_name.empty() && have != kAllPolicyFields) {
-    absl::StatusOr<ProtoPolicies> proto =
-        ReadProtoPolicies(service_name, method_name);
-    if (!proto.ok()) {
-      r.error = proto.status();
-    } else {
-      take(proto->method.policy, proto->method.fields,
-           PolicySource::kProtoMethod);
-      take(proto->service.policy, proto->service.fields,
-           PolicySource::kProtoService);
-      take(proto->idempotency_level.policy, proto->idempotency_level.fields,
-           PolicySource::kIdempotencyLevel);
+
+  // The .proto's options, read once, when the walk first needs them: it is a
+  // descriptor lookup, skipped when the config alone decides every field.
+  std::optional<absl::StatusOr<ProtoPolicies>> proto;
+  const Entry built_in{MethodPolicy(), kAllPolicyFields};
+  auto entry_of = [&](PolicySource source) -> const Entry* {
+    switch (source) {
+      case PolicySource::kConfigMethod: {
+        if (service_name.empty()) return nullptr;
+        auto it = t.methods.find(method_key);
+        return it == t.methods.end() ? nullptr : &it->second;
+      }
+      case PolicySource::kConfigService: {
+        if (service_name.empty()) return nullptr;
+        auto it = t.services.find(service_name);
+        return it == t.services.end() ? nullptr : &it->second;
+      }
+      case PolicySource::kProtoMethod:
+      case PolicySource::kProtoService:
+      case PolicySource::kIdempotencyLevel:
+        if (service_name.empty()) return nullptr;
+        if (!proto.has_value()) {
+          proto = ReadProtoPolicies(service_name, method_name);
+        }
+        if (!proto->ok()) return nullptr;
+        if (source == PolicySource::kProtoMethod) return &(*proto)->method;
+        if (source == PolicySource::kProtoService) return &(*proto)->service;
+        return &(*proto)->idempotency_level;
+      case PolicySource::kConfigDefault:
+        return t.default_policy.has_value() ? &*t.default_policy : nullptr;
+      case PolicySource::kDefault:
+        return &built_in;
+    }
+    return nullptr;
+  };
+
+  ResolvedPolicy r;
+  uint32_t have = 0;
+  for (PolicySource source : kPolicyPrecedence) {
+    if (have == kAllPolicyFields) break;
+    const Entry* entry = entry_of(source);
+    if (entry == nullptr) continue;
+    const uint32_t before = have;
+    MergePolicy(entry->policy, entry->fields, &r.policy, &have);
+    for (int i = 0; i < kNumPolicyFields; ++i) {
+      if ((have & ~before) & (1u << i)) r.sources[i] = source;
     }
   }
-  if (t.default_policy.has_value()) {
-    take(t.default_policy->policy, t.default_policy->fields,
-         PolicySource::kConfigDefault);
-  }
+  if (proto.has_value() && !proto->ok()) r.error = proto->status();
   return r;
 }
 
