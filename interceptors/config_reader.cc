@@ -29,8 +29,6 @@ namespace {
 using internal::Json;
 using internal::JsonMember;
 
-// gRFC A6's bound on retryThrottling.maxTokens.
-constexpr double kMaxRetryTokens = 1000;
 // The largest proto3 Duration (10,000 years), as protobuf defines it.
 constexpr int64_t kMaxDurationSeconds = 315576000000;
 
@@ -421,8 +419,8 @@ class ConfigReader {
     return true;
   }
 
-  // Validated now so that a config that will be used later fails today;
-  // nothing is stored yet.
+  // gRFC A6's retryThrottling: the destination's token bucket, which the
+  // interceptor feeds with every attempt and consults before every retry.
   bool ReadRetryThrottling(const Json& v, const std::string& path) {
     if (!CheckType(v, Json::Type::kObject, path)) return false;
     RetryThrottleOptions throttle;
@@ -430,22 +428,17 @@ class ConfigReader {
     bool has_token_ratio = false;
     for (const JsonMember& m : v.object) {
       const std::string field = Child(path, m.key);
+      bool ok = true;
       if (m.key == "maxTokens") {
         has_max_tokens = true;
-        if (!CheckType(m.value, Json::Type::kNumber, field)) return false;
-        if (m.value.number <= 0) return Fail(field, "must be greater than 0");
-        if (m.value.number > kMaxRetryTokens) {
-          return Fail(field, absl::StrCat("must be at most ", kMaxRetryTokens));
-        }
-        throttle.max_tokens = m.value.number;
+        ok = ReadNumber(m.value, field, &throttle.max_tokens);
       } else if (m.key == "tokenRatio") {
         has_token_ratio = true;
-        if (!CheckType(m.value, Json::Type::kNumber, field)) return false;
-        if (m.value.number <= 0) return Fail(field, "must be greater than 0");
-        throttle.token_ratio = m.value.number;
+        ok = ReadNumber(m.value, field, &throttle.token_ratio);
       } else {
-        return Fail(field, "unknown field");
+        ok = Fail(field, "unknown field");
       }
+      if (!ok) return false;
     }
     if (!has_max_tokens) {
       return Fail(Child(path, "maxTokens"), "field is required");
@@ -453,9 +446,14 @@ class ConfigReader {
     if (!has_token_ratio) {
       return Fail(Child(path, "tokenRatio"), "field is required");
     }
-    // The throttle's own rules (tokenRatio keeps 3 decimals, so >= 0.001).
+    // The bounds are the throttle's own, so they are decided in one place;
+    // its message already names the JSON path ("retryThrottling.maxTokens:
+    // must be greater than 0").
     const absl::Status valid = throttle.Validate();
-    if (!valid.ok()) return Fail(path, valid.message());
+    if (!valid.ok()) {
+      status_ = valid;
+      return false;
+    }
     out_->destination.throttle = throttle;
     return true;
   }
