@@ -28,8 +28,10 @@
 //     the rest of gRPC's service config (loadBalancingConfig,
 //     healthCheckConfig, ...) and are ignored, except spellings that differ
 //     from those two only in case or '_' ("methodconfig"), which are errors.
-//   - retryThrottling is validated as gRFC A6 says (maxTokens in (0, 1000],
-//     tokenRatio > 0, both required) but not used yet.
+//   - retryThrottling is read as gRFC A6 says (maxTokens in (0, 1000],
+//     tokenRatio > 0, both required; 3 decimal places are kept, so each is
+//     at least 0.001) into DestinationConfig::throttle, which the
+//     interceptor applies to retries.
 //   - Every methodConfig entry needs a non-empty "name"; a name may appear
 //     once in the whole config; a service or method containing '/' is an
 //     error. hedgingPolicy is an error (not supported);
@@ -112,7 +114,8 @@ struct DestinationConfig {
   // Unset: the registry's defaults (RetryBudgetOptions{}).
   std::optional<RetryBudgetOptions> budget;
   bool budget_enabled = true;
-  // gRFC A6 retryThrottling; off unless the JSON has it.
+  // gRFC A6 retryThrottling, shared by the destination's calls; off unless
+  // the JSON has it.
   std::optional<RetryThrottleOptions> throttle;
   // Breakers and budgets are shared per channel target, or per target and
   // service when this is set.
