@@ -28,8 +28,10 @@
 //     the rest of gRPC's service config (loadBalancingConfig,
 //     healthCheckConfig, ...) and are ignored, except spellings that differ
 //     from those two only in case or '_' ("methodconfig"), which are errors.
-//   - retryThrottling is validated as gRFC A6 says (maxTokens in (0, 1000],
-//     tokenRatio > 0, both required) but not used yet.
+//   - retryThrottling is read as gRFC A6 says (maxTokens in (0, 1000],
+//     tokenRatio > 0, both required; 3 decimal places are kept, so each is
+//     at least 0.001) into DestinationConfig::throttle, which the
+//     interceptor applies to retries.
 //   - Every methodConfig entry needs a non-empty "name"; a name may appear
 //     once in the whole config; a service or method containing '/' is an
 //     error. hedgingPolicy is an error (not supported);
@@ -54,13 +56,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "rpcguard/destination/breaker.h"
 #include "rpcguard/decision/policy.h"
+#include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 
 namespace rpcguard {
 
-// Where a setting of a method's policy came from, most specific last.
+// Where a setting of a method's policy came from. kPolicyPrecedence orders
+// them.
 enum class PolicySource {
   kDefault,           // rpcguard's built-in default
   kConfigDefault,     // the config's default entry (name [{}])
@@ -69,6 +72,17 @@ enum class PolicySource {
   kProtoMethod,       // `option (rpcguard.v1.method)`
   kConfigService,     // the config's entry for the service
   kConfigMethod,      // the config's entry for the method
+};
+
+// The sources in precedence order, most specific first: Config::Resolve()
+// takes each field of a method's policy from the first source here that
+// sets it. So JSON can override a .proto declaration without a rebuild, and
+// an entry for a method overrides one for its service.
+inline constexpr PolicySource kPolicyPrecedence[] = {
+    PolicySource::kConfigMethod,     PolicySource::kConfigService,
+    PolicySource::kProtoMethod,      PolicySource::kProtoService,
+    PolicySource::kIdempotencyLevel, PolicySource::kConfigDefault,
+    PolicySource::kDefault,
 };
 
 // "rpcguard default", "config: method entry", "proto: idempotency_level"...
@@ -100,7 +114,8 @@ struct DestinationConfig {
   // Unset: the registry's defaults (RetryBudgetOptions{}).
   std::optional<RetryBudgetOptions> budget;
   bool budget_enabled = true;
-  // gRFC A6 retryThrottling; off unless the JSON has it.
+  // gRFC A6 retryThrottling, shared by the destination's calls; off unless
+  // the JSON has it.
   std::optional<RetryThrottleOptions> throttle;
   // Breakers and budgets are shared per channel target, or per target and
   // service when this is set.
@@ -125,14 +140,11 @@ class Config {
   static absl::StatusOr<Config> FromJson(absl::string_view json);
 
   // Resolves the policy of a full method path ("/pkg.Svc/Method") field by
-  // field, most specific source first: this config's entry for the method >
-  // its entry for the service > the method's (rpcguard.v1.method) option >
-  // the service's (rpcguard.v1.service) option > protobuf's idempotency_level
-  // > this config's default entry > rpcguard's defaults. Options are read
-  // from the generated descriptor pool: the .proto's generated code must be
-  // linked in. A path not of that form gets the default entry. Does a
-  // descriptor lookup: callers on a hot path cache the result per method
-  // (the interceptor does).
+  // field, each from the first source in kPolicyPrecedence that sets it.
+  // Options are read from the generated descriptor pool: the .proto's
+  // generated code must be linked in. A path not of that form gets the
+  // default entry. Does a descriptor lookup: callers on a hot path cache the
+  // result per method (the interceptor does).
   ResolvedPolicy Resolve(absl::string_view full_method) const;
 
   // The destination-wide settings.

@@ -530,6 +530,13 @@ std::vector<BadConfig> BadConfigs() {
       {"TokenRatioNegative",
        Throttling(R"("maxTokens": 10, "tokenRatio": -0.5)"),
        "retryThrottling.tokenRatio: must be greater than 0"},
+      {"TokenRatioBelowResolution",
+       Throttling(R"("maxTokens": 10, "tokenRatio": 0.0005)"),
+       "retryThrottling.tokenRatio: must be at least 0.001 (3 decimal places "
+       "are kept)"},
+      {"MaxTokensBelowResolution",
+       Throttling(R"("maxTokens": 0.0004, "tokenRatio": 0.1)"),
+       "retryThrottling.maxTokens: must be at least 0.001"},
       {"MaxTokensMissing", Throttling(R"("tokenRatio": 0.1)"),
        "retryThrottling.maxTokens: field is required"},
       {"TokenRatioMissing", Throttling(R"("maxTokens": 10)"),

@@ -385,10 +385,9 @@ TEST(TraceReaderTest, CountsLinesEventsAndUnparsableLines) {
   EXPECT_EQ(reader.unparsable(), 3);
   EXPECT_THAT(
       reader.unparsable_examples(),
-      ElementsAre(
-          "app.log:16: unterminated quoted string in message",
-          "app.log:17: bad JSON: unterminated quoted string at byte 163",
-          "app.log:18: missing field event"));
+      ElementsAre("app.log:16: unterminated quoted string in message",
+                  "app.log:17: bad JSON: unterminated string at byte 170",
+                  "app.log:18: missing field event"));
 }
 
 TEST(TraceReaderTest, SummarisesPerMethod) {
@@ -463,7 +462,7 @@ slowest calls (first to last event)
 
 unparsable lines: 3
   app.log:16: unterminated quoted string in message
-  app.log:17: bad JSON: unterminated quoted string at byte 163
+  app.log:17: bad JSON: unterminated string at byte 170
   app.log:18: missing field event
 
 note: at the default verbosity (retries) a call whose first attempt succeeded writes nothing,

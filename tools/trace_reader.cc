@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "rpcguard/internal/utf8.h"
+#include "rpcguard/internal/json.h"
 
 namespace rpcguard {
 namespace {
@@ -40,24 +40,11 @@ int HexValue(char c) {
   return -1;
 }
 
-// Reads 4 hex digits at s[i..i+4).
-std::optional<uint32_t> Hex4(absl::string_view s, size_t i) {
-  if (i + 4 > s.size()) return std::nullopt;
-  uint32_t v = 0;
-  for (size_t k = i; k < i + 4; ++k) {
-    const int h = HexValue(s[k]);
-    if (h < 0) return std::nullopt;
-    v = v * 16 + static_cast<uint32_t>(h);
-  }
-  return v;
-}
-
-// Reads a double-quoted string starting at s[*i] == '"', with the escapes
-// both writers use (\uXXXX with surrogate pairs included). Leaves *i after
-// the closing quote. `strict`: reject unknown escapes (JSON); logfmt keeps
-// them as written.
-absl::Status ReadQuoted(absl::string_view s, size_t* i, bool strict,
-                        std::string* out) {
+// Reads a double-quoted logfmt value starting at s[*i] == '"', with the
+// escapes the writer uses (JSON's). Leaves *i after the closing quote. A
+// backslash that does not start a JSON escape (the writer never makes one)
+// is kept as written rather than failing the line.
+absl::Status ReadQuoted(absl::string_view s, size_t* i, std::string* out) {
   size_t p = *i + 1;
   while (p < s.size()) {
     const char c = s[p];
@@ -71,54 +58,13 @@ absl::Status ReadQuoted(absl::string_view s, size_t* i, bool strict,
       continue;
     }
     if (p + 1 >= s.size()) break;
-    const char e = s[p + 1];
-    p += 2;
-    switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out->push_back(e);
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'u': {
-        std::optional<uint32_t> cp = Hex4(s, p);
-        if (!cp) return absl::InvalidArgumentError("bad \\u escape");
-        p += 4;
-        if (*cp >= 0xd800 && *cp <= 0xdbff) {
-          std::optional<uint32_t> low;
-          if (p + 1 < s.size() && s[p] == '\\' && s[p + 1] == 'u') {
-            low = Hex4(s, p + 2);
-          }
-          if (low && *low >= 0xdc00 && *low <= 0xdfff) {
-            p += 6;
-            *cp = 0x10000 + ((*cp - 0xd800) << 10) + (*low - 0xdc00);
-          } else {
-            *cp = 0xfffd;  // an unpaired surrogate
-          }
-        } else if (*cp >= 0xdc00 && *cp <= 0xdfff) {
-          *cp = 0xfffd;
-        }
-        internal::AppendUtf8(*cp, out);
-        break;
-      }
-      default:
-        if (strict) return absl::InvalidArgumentError("bad escape");
-        out->push_back('\\');
-        out->push_back(e);
+    size_t after = p;
+    std::string ignored;
+    if (internal::ReadJsonEscape(s, &after, out, &ignored)) {
+      p = after;
+    } else {
+      out->append(s.data() + p, 2);
+      p += 2;
     }
   }
   return absl::InvalidArgumentError("unterminated quoted string");
@@ -135,7 +81,7 @@ absl::Status ParseLogfmt(absl::string_view s, Fields* fields) {
     }
     std::string ignored;
     if (s[i] == '"') {  // a quoted word with no key
-      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &ignored);
+      absl::Status st = ReadQuoted(s, &i, &ignored);
       if (!st.ok()) return st;
       continue;
     }
@@ -145,13 +91,13 @@ absl::Status ParseLogfmt(absl::string_view s, Fields* fields) {
     f.key = std::string(s.substr(start, i - start));
     if (i >= s.size() || IsSpace(s[i])) continue;  // a bare word
     if (s[i] == '"') {                             // word"quoted": not a pair
-      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &ignored);
+      absl::Status st = ReadQuoted(s, &i, &ignored);
       if (!st.ok()) return st;
       continue;
     }
     ++i;  // '='
     if (i < s.size() && s[i] == '"') {
-      absl::Status st = ReadQuoted(s, &i, /*strict=*/false, &f.value);
+      absl::Status st = ReadQuoted(s, &i, &f.value);
       if (!st.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(st.message(), " in ", f.key.substr(0, 40)));
@@ -168,109 +114,42 @@ absl::Status ParseLogfmt(absl::string_view s, Fields* fields) {
   return absl::OkStatus();
 }
 
-// A minimal JSON reader for one object per line: scalar members are kept as
-// text, nested objects and arrays are checked and skipped.
-class JsonParser {
- public:
-  explicit JsonParser(absl::string_view s) : s_(s) {}
-
-  // Parses the object at s[*pos]; the rest of the line is ignored.
-  absl::Status ParseObject(size_t pos, Fields* fields) {
-    i_ = pos;
-    return Object(fields, 0);
-  }
-
- private:
-  static constexpr int kMaxDepth = 32;
-
-  void SkipSpace() {
-    while (i_ < s_.size() && IsSpace(s_[i_])) ++i_;
-  }
-
-  bool Consume(char c) {
-    SkipSpace();
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-
-  absl::Status Error(absl::string_view what) {
+// Reads the JSON object that starts at s[pos] into `fields`: strings, and
+// numbers and booleans as written; null, objects and arrays as absent (no
+// field of an event is one). The rest of the line is not read.
+absl::Status ParseJsonObject(absl::string_view s, size_t pos, Fields* fields) {
+  internal::Json object;
+  size_t end;
+  internal::JsonError error;
+  if (!internal::ParseJsonValue(s, pos, &object, &end, &error)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad JSON: ", what, " at byte ", i_));
+        absl::StrCat("bad JSON: ", error.reason, " at byte ", error.offset));
   }
-
-  // `fields` is null inside nested values, whose members are not kept.
-  absl::Status Object(Fields* fields, int depth) {
-    if (depth > kMaxDepth) return Error("nested too deep");
-    if (!Consume('{')) return Error("expected {");
-    if (Consume('}')) return absl::OkStatus();
-    while (true) {
-      SkipSpace();
-      if (i_ >= s_.size() || s_[i_] != '"') return Error("expected a key");
-      Field f;
-      absl::Status st = ReadQuoted(s_, &i_, /*strict=*/true, &f.key);
-      if (!st.ok()) return Error(st.message());
-      if (!Consume(':')) return Error("expected :");
-      st = Value(&f, depth);
-      if (!st.ok()) return st;
-      if (fields != nullptr) fields->push_back(std::move(f));
-      if (Consume(',')) continue;
-      if (Consume('}')) return absl::OkStatus();
-      return Error("expected , or }");
-    }
+  if (object.type != internal::Json::Type::kObject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad JSON: expected an object at byte ", pos));
   }
-
-  absl::Status Array(int depth) {
-    if (depth > kMaxDepth) return Error("nested too deep");
-    ++i_;  // '['
-    if (Consume(']')) return absl::OkStatus();
-    while (true) {
-      Field ignored;
-      absl::Status st = Value(&ignored, depth);
-      if (!st.ok()) return st;
-      if (Consume(',')) continue;
-      if (Consume(']')) return absl::OkStatus();
-      return Error("expected , or ]");
+  for (internal::JsonMember& m : object.object) {
+    Field f;
+    f.key = std::move(m.key);
+    switch (m.value.type) {
+      case internal::Json::Type::kString:
+      case internal::Json::Type::kNumber:
+        f.value = std::move(m.value.string);
+        break;
+      case internal::Json::Type::kBool:
+        f.value = m.value.boolean ? "true" : "false";
+        break;
+      case internal::Json::Type::kNull:
+      case internal::Json::Type::kArray:
+      case internal::Json::Type::kObject:
+        f.absent = true;
+        break;
     }
+    fields->push_back(std::move(f));
   }
-
-  absl::Status Value(Field* f, int depth) {
-    SkipSpace();
-    if (i_ >= s_.size()) return Error("truncated");
-    const char c = s_[i_];
-    if (c == '"') {
-      absl::Status st = ReadQuoted(s_, &i_, /*strict=*/true, &f->value);
-      return st.ok() ? st : Error(st.message());
-    }
-    if (c == '{') {
-      f->absent = true;
-      return Object(nullptr, depth + 1);
-    }
-    if (c == '[') {
-      f->absent = true;
-      return Array(depth + 1);
-    }
-    const size_t start = i_;
-    while (i_ < s_.size() && (absl::ascii_isalnum(s_[i_]) || s_[i_] == '-' ||
-                              s_[i_] == '+' || s_[i_] == '.')) {
-      ++i_;
-    }
-    const absl::string_view word = s_.substr(start, i_ - start);
-    if (word.empty()) return Error("expected a value");
-    if (word == "null") {
-      f->absent = true;
-    } else {
-      // Numbers, true and false, as text; the field's reader validates.
-      f->value = std::string(word);
-    }
-    return absl::OkStatus();
-  }
-
-  const absl::string_view s_;
-  size_t i_ = 0;
-};
+  return absl::OkStatus();
+}
 
 // Finds `"msg"` : `"rpcguard"` (any spacing) and returns its position.
 std::optional<size_t> FindJsonMarker(absl::string_view s) {
@@ -584,7 +463,7 @@ absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line) {
       const size_t brace = line.find('{', from);
       if (brace == absl::string_view::npos || brace > *marker) break;
       Fields fields;
-      json_error = JsonParser(line).ParseObject(brace, &fields);
+      json_error = ParseJsonObject(line, brace, &fields);
       if (json_error.ok()) {
         absl::StatusOr<TraceEvent> e = EventBuilder(fields).Build();
         // NotFound: the marker was in a nested object; keep looking.
