@@ -1,0 +1,390 @@
+// Copyright rpcguard authors.
+//
+// The retry gate under a fake clock: the order of checks around an attempt
+// (decision/retry_gate.h), every branch, with the real breaker, budget and
+// A6 throttle. No gRPC call is made.
+
+#include "rpcguard/decision/retry_gate.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "tests/testing/fake_clock.h"
+
+namespace rpcguard {
+namespace {
+
+using ::rpcguard::testing::FakeClock;
+
+// A breaker that opens on its first failure and stays open 1 s.
+BreakerOptions TripOnFirstFailure() {
+  BreakerOptions o;
+  o.min_attempts = 1;
+  o.failure_ratio = 0.5;
+  o.open_time = absl::Seconds(1);
+  o.half_open_probes = 1;
+  o.half_open_successes = 1;
+  return o;
+}
+
+// A budget of exactly one retry per 10 s window, whatever the traffic.
+RetryBudgetOptions OneRetry() {
+  RetryBudgetOptions o;
+  o.ratio = 0;
+  o.min_retries_per_second = 0.1;
+  return o;
+}
+
+AttemptOutcome Answer(grpc::StatusCode code) {
+  AttemptOutcome o;
+  o.code = code;
+  return o;
+}
+
+Decision RetryIn(absl::Duration delay) {
+  Decision d;
+  d.action = Decision::Action::kRetry;
+  d.status_class = StatusClass::kRetriable;
+  d.delay = delay;
+  return d;
+}
+
+class RetryGateTest : public ::testing::Test {
+ protected:
+  // Opens the breaker with one failed attempt.
+  void OpenBreaker() {
+    Admission a = breaker_->Admit();
+    breaker_->Record(a, AttemptResult::kFailure);
+    ASSERT_EQ(breaker_->state(), BreakerState::kOpen);
+  }
+
+  DestinationGates Gates() {
+    return {breaker_.get(), budget_.get(), throttle_.get()};
+  }
+
+  FakeClock clock_;
+  std::shared_ptr<CircuitBreaker> breaker_ =
+      *CircuitBreaker::Create("gate", TripOnFirstFailure(), &clock_);
+  std::shared_ptr<RetryBudget> budget_ =
+      *RetryBudget::Create(OneRetry(), &clock_);
+  std::shared_ptr<RetryThrottle> throttle_ =
+      *RetryThrottle::Create(RetryThrottleOptions());
+};
+
+// --- RecordAttemptEnd: what the destination learns of an attempt ---
+
+struct RecordRow {
+  std::string name;
+  AttemptOutcome outcome;
+  StatusClass status_class;
+  int64_t window_attempts;  // what the breaker counted
+  int64_t window_failures;
+};
+
+class RecordAttemptEndTest : public RetryGateTest,
+                             public ::testing::WithParamInterface<RecordRow> {};
+
+TEST_P(RecordAttemptEndTest, BreakerCountsOnlyTheServersAnswers) {
+  const RecordRow& row = GetParam();
+  // One that does not trip (a trip clears the window).
+  BreakerOptions o = TripOnFirstFailure();
+  o.min_attempts = 100;
+  breaker_ = *CircuitBreaker::Create("record", o, &clock_);
+  std::optional<Admission> admission = breaker_->Admit();
+  RecordAttemptEnd(Gates(), admission, row.status_class, row.outcome,
+                   /*server_said_stop=*/false);
+  const BreakerSnapshot s = breaker_->Snapshot();
+  EXPECT_EQ(s.window_attempts, row.window_attempts);
+  EXPECT_EQ(s.window_failures, row.window_failures);
+}
+
+std::vector<RecordRow> RecordRows() {
+  AttemptOutcome caller_cancelled = Answer(grpc::StatusCode::CANCELLED);
+  caller_cancelled.caller_cancelled = true;
+  AttemptOutcome caller_deadline = Answer(grpc::StatusCode::DEADLINE_EXCEEDED);
+  caller_deadline.caller_deadline_expired = true;
+  AttemptOutcome attempt_timeout = Answer(grpc::StatusCode::DEADLINE_EXCEEDED);
+  attempt_timeout.per_attempt_timeout_expired = true;
+  return {
+      {"OkIsASuccess", Answer(grpc::StatusCode::OK), StatusClass::kOk, 1, 0},
+      {"RetriableIsAFailure", Answer(grpc::StatusCode::UNAVAILABLE),
+       StatusClass::kRetriable, 1, 1},
+      {"PerAttemptTimeoutIsAFailure", attempt_timeout, StatusClass::kRetriable,
+       1, 1},
+      {"FatalAnswerIsASuccess", Answer(grpc::StatusCode::INVALID_ARGUMENT),
+       StatusClass::kFatal, 1, 0},
+      // The server itself said CANCELLED or DEADLINE_EXCEEDED: it answered.
+      {"ServerSentCancelledIsASuccess", Answer(grpc::StatusCode::CANCELLED),
+       StatusClass::kFatal, 1, 0},
+      {"ServerSentDeadlineIsASuccess",
+       Answer(grpc::StatusCode::DEADLINE_EXCEEDED), StatusClass::kFatal, 1, 0},
+      {"CallerCancelIsIgnored", caller_cancelled, StatusClass::kFatal, 0, 0},
+      {"CallerDeadlineIsIgnored", caller_deadline, StatusClass::kFatal, 0, 0},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, RecordAttemptEndTest,
+                         ::testing::ValuesIn(RecordRows()),
+                         [](const ::testing::TestParamInfo<RecordRow>& i) {
+                           return i.param.name;
+                         });
+
+TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
+  RetryThrottleOptions o;
+  o.max_tokens = 2;  // retries allowed while tokens > 1
+  o.token_ratio = 0.5;
+  throttle_ = *RetryThrottle::Create(o);
+  const std::optional<Admission> none;
+  // A fatal answer costs nothing.
+  EXPECT_TRUE(RecordAttemptEnd(Gates(), none, StatusClass::kFatal,
+                               Answer(grpc::StatusCode::NOT_FOUND), false));
+  EXPECT_EQ(throttle_->milli_tokens(), 2000);
+  // The server saying stop costs a token, as a retriable failure does; at
+  // half of maxTokens retries stop.
+  EXPECT_FALSE(RecordAttemptEnd(Gates(), none, StatusClass::kFatal,
+                                Answer(grpc::StatusCode::INTERNAL), true));
+  EXPECT_EQ(throttle_->milli_tokens(), 1000);
+  EXPECT_FALSE(RecordAttemptEnd(Gates(), none, StatusClass::kRetriable,
+                                Answer(grpc::StatusCode::UNAVAILABLE), false));
+  EXPECT_EQ(throttle_->milli_tokens(), 0);
+  // Successes refill it.
+  for (int i = 0; i < 3; ++i) {
+    RecordAttemptEnd(Gates(), none, StatusClass::kOk,
+                     Answer(grpc::StatusCode::OK), false);
+  }
+  EXPECT_EQ(throttle_->milli_tokens(), 1500);
+  EXPECT_TRUE(throttle_->RetryAllowed());
+}
+
+TEST_F(RetryGateTest, NoBreakerNoAdmissionRecordsNothing) {
+  const DestinationGates none;
+  EXPECT_TRUE(RecordAttemptEnd(none, std::nullopt, StatusClass::kRetriable,
+                               Answer(grpc::StatusCode::UNAVAILABLE), false));
+}
+
+// --- GateRetry: vetoes before the backoff, spending nothing ---
+
+struct GateRow {
+  std::string name;
+  bool breaker_open = false;
+  bool breaker_forced_open = false;
+  bool throttle_allows = true;
+  bool budget_spent = false;
+  Decision decision;
+  Decision::Action action;
+  GiveUpReason reason;
+};
+
+class GateRetryTest : public RetryGateTest,
+                      public ::testing::WithParamInterface<GateRow> {};
+
+TEST_P(GateRetryTest, VetoesInOrder) {
+  const GateRow& row = GetParam();
+  if (row.breaker_open) OpenBreaker();
+  if (row.breaker_forced_open) breaker_->ForceOpen();
+  if (row.budget_spent) ASSERT_TRUE(budget_->TryAcquireRetry());
+  const RetryBudgetSnapshot before = budget_->Snapshot();
+  const Decision d = GateRetry(row.decision, row.throttle_allows, Gates());
+  EXPECT_EQ(d.action, row.action);
+  EXPECT_EQ(GiveUpReasonName(d.reason), GiveUpReasonName(row.reason));
+  if (d.action != Decision::Action::kRetry) {
+    EXPECT_EQ(d.delay, absl::ZeroDuration());
+  } else {
+    EXPECT_EQ(d.delay, row.decision.delay);
+  }
+  // Nothing is spent before the backoff, whatever the answer.
+  const RetryBudgetSnapshot after = budget_->Snapshot();
+  EXPECT_EQ(after.retries, before.retries);
+  EXPECT_EQ(after.refused, before.refused);
+}
+
+std::vector<GateRow> GateRows() {
+  using A = Decision::Action;
+  const Decision retry = RetryIn(absl::Milliseconds(40));
+  Decision max_attempts;
+  max_attempts.action = A::kGiveUp;
+  max_attempts.reason = GiveUpReason::kMaxAttempts;
+  max_attempts.status_class = StatusClass::kRetriable;
+  Decision done;
+  Decision refresh;
+  refresh.action = A::kRefreshAuth;
+  refresh.status_class = StatusClass::kAuth;
+  std::vector<GateRow> rows;
+  rows.push_back({"RetryWhenAllAllow", false, false, true, false, retry,
+                  A::kRetry, GiveUpReason::kNone});
+  rows.push_back({"OpenBreakerRefuses", true, false, true, false, retry,
+                  A::kGiveUp, GiveUpReason::kBreakerOpen});
+  rows.push_back({"ForcedOpenBreakerRefuses", false, true, true, false, retry,
+                  A::kGiveUp, GiveUpReason::kBreakerOpen});
+  rows.push_back({"ThrottleRefuses", false, false, false, false, retry,
+                  A::kGiveUp, GiveUpReason::kBudgetExhausted});
+  rows.push_back({"EmptyBudgetRefuses", false, false, true, true, retry,
+                  A::kGiveUp, GiveUpReason::kBudgetExhausted});
+  // The breaker is asked first: the reason names it.
+  rows.push_back({"BreakerBeforeThrottleAndBudget", true, false, false, true,
+                  retry, A::kGiveUp, GiveUpReason::kBreakerOpen});
+  rows.push_back({"ThrottleBeforeBudget", false, false, false, true, retry,
+                  A::kGiveUp, GiveUpReason::kBudgetExhausted});
+  // A call that would not retry anyway keeps its own reason.
+  rows.push_back({"GiveUpKeepsItsReason", true, false, false, true,
+                  max_attempts, A::kGiveUp, GiveUpReason::kMaxAttempts});
+  rows.push_back({"DoneStaysDone", true, false, false, true, done, A::kDone,
+                  GiveUpReason::kNone});
+  rows.push_back({"RefreshIsNotVetoed", true, false, false, true, refresh,
+                  A::kRefreshAuth, GiveUpReason::kNone});
+  return rows;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, GateRetryTest, ::testing::ValuesIn(GateRows()),
+                         [](const ::testing::TestParamInfo<GateRow>& i) {
+                           return i.param.name;
+                         });
+
+// --- BeforeAttempt: right before an attempt is sent ---
+
+TEST_F(RetryGateTest, CancelledCallSendsNothingAndSpendsNothing) {
+  const AttemptStart s =
+      BeforeAttempt(2, /*cancelled=*/true, absl::Seconds(1), Gates());
+  EXPECT_EQ(s.refused, GiveUpReason::kCancelled);
+  EXPECT_FALSE(s.admission.has_value());
+  EXPECT_EQ(budget_->Snapshot().retries, 0);
+  EXPECT_EQ(breaker_->Snapshot().refused, 0u);
+}
+
+TEST_F(RetryGateTest, NoTimeLeftSendsNothing) {
+  for (absl::Duration left : {absl::ZeroDuration(), -absl::Milliseconds(1)}) {
+    const AttemptStart s = BeforeAttempt(2, false, left, Gates());
+    EXPECT_EQ(s.refused, GiveUpReason::kDeadline);
+    EXPECT_FALSE(s.admission.has_value());
+  }
+  EXPECT_EQ(budget_->Snapshot().retries, 0);
+}
+
+TEST_F(RetryGateTest, RetryTheBreakerRefusesSpendsNoBudget) {
+  OpenBreaker();
+  const AttemptStart s = BeforeAttempt(2, false, absl::Seconds(1), Gates());
+  EXPECT_EQ(s.refused, GiveUpReason::kBreakerOpen);
+  ASSERT_TRUE(s.admission.has_value());
+  EXPECT_FALSE(s.admission->allowed());
+  const RetryBudgetSnapshot b = budget_->Snapshot();
+  EXPECT_EQ(b.retries, 0);
+  EXPECT_EQ(b.refused, 0u);
+  // The one retry of the window is still there for a call that can use it.
+  EXPECT_TRUE(budget_->CanAcquireRetry());
+}
+
+TEST_F(RetryGateTest, BudgetRefusalGivesTheProbeBack) {
+  OpenBreaker();
+  clock_.Advance(absl::Seconds(1));         // HALF_OPEN: one probe at a time
+  ASSERT_TRUE(budget_->TryAcquireRetry());  // the window's one retry
+  const AttemptStart s = BeforeAttempt(2, false, absl::Seconds(1), Gates());
+  EXPECT_EQ(s.refused, GiveUpReason::kBudgetExhausted);
+  EXPECT_FALSE(s.admission.has_value());
+  EXPECT_EQ(breaker_->Snapshot().probes_in_flight, 0);
+  // The probe permit is free again: another call may probe now.
+  EXPECT_TRUE(breaker_->Admit().allowed());
+}
+
+TEST_F(RetryGateTest, FirstAttemptEarnsBudgetAndRetrySpendsIt) {
+  const AttemptStart first = BeforeAttempt(1, false, absl::Seconds(1), Gates());
+  EXPECT_EQ(first.refused, GiveUpReason::kNone);
+  ASSERT_TRUE(first.admission.has_value());
+  EXPECT_TRUE(first.admission->allowed());
+  EXPECT_EQ(budget_->Snapshot().first_attempts, 1);
+  EXPECT_EQ(budget_->Snapshot().retries, 0);
+
+  const AttemptStart retry = BeforeAttempt(2, false, absl::Seconds(1), Gates());
+  EXPECT_EQ(retry.refused, GiveUpReason::kNone);
+  EXPECT_EQ(budget_->Snapshot().first_attempts, 1);
+  EXPECT_EQ(budget_->Snapshot().retries, 1);
+  // A first attempt is never refused for budget.
+  budget_ = *RetryBudget::Create(OneRetry(), &clock_);
+  ASSERT_TRUE(budget_->TryAcquireRetry());
+  EXPECT_EQ(BeforeAttempt(1, false, absl::Seconds(1), Gates()).refused,
+            GiveUpReason::kNone);
+}
+
+TEST_F(RetryGateTest, WithoutDestinationStateOnlyTheCallDecides) {
+  const DestinationGates none;
+  EXPECT_EQ(BeforeAttempt(5, false, absl::Seconds(1), none).refused,
+            GiveUpReason::kNone);
+  EXPECT_EQ(GateRetry(RetryIn(absl::Seconds(1)), true, none).action,
+            Decision::Action::kRetry);
+}
+
+// --- DecideSentOnce: a call sent once reports like a hijacked one ---
+
+struct SentOnceRow {
+  std::string name;
+  Idempotency idempotency;
+  int max_attempts;
+  grpc::StatusCode code;
+  absl::Duration deadline_in;  // from now; infinite for none
+  bool cancelled;
+  Decision::Action action;
+  GiveUpReason reason;
+  StatusClass status_class;
+};
+
+class DecideSentOnceTest : public ::testing::TestWithParam<SentOnceRow> {};
+
+TEST_P(DecideSentOnceTest, SameReasonAsTheController) {
+  const SentOnceRow& row = GetParam();
+  FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = row.idempotency;
+  policy.retry.max_attempts = row.max_attempts;
+  const absl::Time deadline = row.deadline_in == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : clock.Now() + row.deadline_in;
+  const Decision d = DecideSentOnce(policy, MayRepeat(row.idempotency),
+                                    deadline, &clock, row.code, row.cancelled);
+  EXPECT_EQ(d.action, row.action);
+  EXPECT_EQ(GiveUpReasonName(d.reason), GiveUpReasonName(row.reason));
+  EXPECT_EQ(StatusClassName(d.status_class), StatusClassName(row.status_class));
+  EXPECT_EQ(d.outcome.code, row.code);
+  EXPECT_EQ(d.outcome.caller_cancelled, row.cancelled);
+}
+
+std::vector<SentOnceRow> SentOnceRows() {
+  using A = Decision::Action;
+  using G = GiveUpReason;
+  using C = grpc::StatusCode;
+  const absl::Duration inf = absl::InfiniteDuration();
+  return {
+      {"Ok", Idempotency::kUnknown, 3, C::OK, inf, false, A::kDone, G::kNone,
+       StatusClass::kOk},
+      {"RetriableNotIdempotent", Idempotency::kUnknown, 3, C::UNAVAILABLE, inf,
+       false, A::kGiveUp, G::kNotIdempotent, StatusClass::kRetriable},
+      {"RetriableIdempotentOneAttempt", Idempotency::kIdempotent, 1,
+       C::UNAVAILABLE, inf, false, A::kGiveUp, G::kMaxAttempts,
+       StatusClass::kRetriable},
+      {"RetriableKeyedOneAttempt", Idempotency::kKeyed, 1, C::UNAVAILABLE, inf,
+       false, A::kGiveUp, G::kMaxAttempts, StatusClass::kRetriable},
+      {"Fatal", Idempotency::kUnknown, 3, C::NOT_FOUND, inf, false, A::kGiveUp,
+       G::kFatal, StatusClass::kFatal},
+      {"Auth", Idempotency::kIdempotent, 1, C::UNAUTHENTICATED, inf, false,
+       A::kGiveUp, G::kAuth, StatusClass::kAuth},
+      {"ServerSentDeadlineIsFatal", Idempotency::kUnknown, 3,
+       C::DEADLINE_EXCEEDED, absl::Seconds(5), false, A::kGiveUp, G::kFatal,
+       StatusClass::kFatal},
+      {"CallerDeadline", Idempotency::kUnknown, 3, C::DEADLINE_EXCEEDED,
+       absl::ZeroDuration(), false, A::kGiveUp, G::kDeadline,
+       StatusClass::kFatal},
+      {"CallerCancel", Idempotency::kUnknown, 3, C::CANCELLED, inf, true,
+       A::kGiveUp, G::kCancelled, StatusClass::kFatal},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, DecideSentOnceTest,
+                         ::testing::ValuesIn(SentOnceRows()),
+                         [](const ::testing::TestParamInfo<SentOnceRow>& i) {
+                           return i.param.name;
+                         });
+
+}  // namespace
+}  // namespace rpcguard
