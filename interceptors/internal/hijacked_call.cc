@@ -2,7 +2,6 @@
 
 #include "rpcguard/internal/hijacked_call.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/client_callback.h>
 
 #include <utility>
@@ -10,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "rpcguard/decision/retry_gate.h"
 #include "rpcguard/internal/deadline.h"
-#include "rpcguard/internal/grpc_1_51_probes.h"
 
 namespace rpcguard {
 namespace internal {
@@ -24,23 +22,6 @@ bool Replaced(const Metadata& replacements, const std::string& key) {
     if (kv.first == key) return true;
   }
   return false;
-}
-
-// Copies a gRPC metadata map into strings that outlive the attempt.
-void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
-                  Metadata* to) {
-  for (const auto& kv : from) {
-    to->emplace_back(std::string(kv.first.data(), kv.first.size()),
-                     std::string(kv.second.data(), kv.second.size()));
-  }
-}
-
-// Points an application's metadata map at `from` (which outlives it).
-void AddMetadata(const Metadata& from,
-                 std::multimap<grpc::string_ref, grpc::string_ref>* to) {
-  for (const auto& kv : from) {
-    to->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
-  }
 }
 
 }  // namespace
@@ -101,7 +82,8 @@ bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
     case Next::Kind::kNothing:  // nothing else ends a riding call's attempt
     case Next::Kind::kConclude:
       Conclude(next.ending);  // no parked batch: `batch` is filled here
-      FillReceived(batch, *next.ending.outcome);
+      FillReceivedBatch(batch, *next.ending.outcome, method_.name,
+                        response_object_);
       return false;
     case Next::Kind::kRetry:
     case Next::Kind::kRefresh:
@@ -145,7 +127,7 @@ void HijackedCall::Park(InterceptorBatchMethods* batch) {
     }
     outcome = outcome_;
   }
-  Serve({batch}, *outcome);
+  ServeBatches({batch}, *outcome, method_.name);
 }
 
 void HijackedCall::StartAttempt() {
@@ -572,103 +554,7 @@ void HijackedCall::Conclude(const Ending& ending) {
     factory_->ReportGiveUp(method_, e, outcome.attempts, setup_.idempotency_key,
                            setup_.request);
   }
-  Serve(ending.batches, outcome);
-}
-
-void HijackedCall::Serve(const Batches& batches,
-                         const FinalOutcome& outcome) const {
-  grpc::Status status = outcome.status;
-  InterceptorBatchMethods* status_batch = nullptr;
-  for (InterceptorBatchMethods* b : batches) {
-    if (b->QueryInterceptionHookPoint(
-            InterceptionHookPoints::PRE_RECV_STATUS)) {
-      status_batch = b;  // a unary call has one
-    } else {
-      FillBatch(b, outcome, &status);
-      b->Proceed();
-    }
-  }
-  if (status_batch != nullptr) {
-    FillBatch(status_batch, outcome, &status);
-    status_batch->Proceed();
-  }
-}
-
-bool HijackedCall::FillMessage(void* object, const FinalOutcome& outcome,
-                               grpc::Status* status) const {
-  if (!status->ok()) return false;
-  if (CertainlyNotAMessage(object)) {
-    *status = grpc::Status(
-        grpc::StatusCode::INTERNAL,
-        absl::StrCat("rpcguard: the response object of ", method_.name,
-                     " is not a protobuf message (a grpc::GenericStub "
-                     "call with grpc::ByteBuffer?); call "
-                     "rpcguard::MarkPassThrough(&context) before such "
-                     "calls"));
-    return false;
-  }
-  // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
-  // ByteBuffer callers must opt out (MarkPassThrough). Parsing consumes its
-  // buffer: it gets a copy (a reference to the same slices).
-  grpc::ByteBuffer response(outcome.response);
-  grpc::Status parsed =
-      grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
-          &response, static_cast<grpc::protobuf::MessageLite*>(object));
-  if (!parsed.ok()) {
-    *status =
-        grpc::Status(grpc::StatusCode::INTERNAL,
-                     absl::StrCat("rpcguard: cannot parse the response of ",
-                                  method_.name, ": ", parsed.error_message()));
-    return false;
-  }
-  return true;
-}
-
-void HijackedCall::FillReceived(InterceptorBatchMethods* b,
-                                const FinalOutcome& outcome) const {
-  auto* trailing = b->GetRecvTrailingMetadata();
-  grpc::Status status = outcome.status;
-  if (!outcome.from_app_call) {
-    if (b->QueryInterceptionHookPoint(
-            InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
-      auto* map = b->GetRecvInitialMetadata();
-      map->clear();
-      AddMetadata(outcome.initial_metadata, map);
-    }
-    // The batch's own message pointer is null after a failed attempt: the
-    // object was captured with the first batch.
-    FillMessage(response_object_, outcome, &status);
-    trailing->clear();
-    AddMetadata(outcome.trailing_metadata, trailing);
-  }
-  *b->GetRecvStatus() = status;
-  trailing->emplace(grpc::string_ref(kAttemptsTrailer),
-                    grpc::string_ref(outcome.attempts_text));
-}
-
-void HijackedCall::FillBatch(InterceptorBatchMethods* b,
-                             const FinalOutcome& outcome,
-                             grpc::Status* status) const {
-  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
-    FillReceived(b, outcome);
-    return;
-  }
-  if (b->QueryInterceptionHookPoint(
-          InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
-    AddMetadata(outcome.initial_metadata, b->GetRecvInitialMetadata());
-  }
-  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_MESSAGE)) {
-    if (!FillMessage(b->GetRecvMessage(), outcome, status)) {
-      b->FailHijackedRecvMessage();
-    }
-  }
-  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_STATUS)) {
-    *b->GetRecvStatus() = *status;
-    auto* map = b->GetRecvTrailingMetadata();
-    AddMetadata(outcome.trailing_metadata, map);
-    map->emplace(grpc::string_ref(kAttemptsTrailer),
-                 grpc::string_ref(outcome.attempts_text));
-  }
+  ServeBatches(ending.batches, outcome, method_.name);
 }
 
 }  // namespace internal

@@ -61,19 +61,15 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/final_outcome.h"
 #include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 namespace internal {
-
-// A call's parked batches: one or two for every unary API.
-using Batches =
-    absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>;
 
 class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
  public:
@@ -162,22 +158,6 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     std::optional<Admission> admission;
   };
 
-  // The decided call: written once by FinishLocked, never changed after, so
-  // anything may read it without mu_. The application's metadata maps point
-  // into its strings, so it lives as long as the call.
-  struct FinalOutcome {
-    grpc::Status status;  // as the caller gets it, annotated
-    // The application's own call carried the final attempt: its response
-    // and metadata are already where the application reads them.
-    bool from_app_call = false;
-    grpc::ByteBuffer response;
-    Metadata initial_metadata;
-    Metadata trailing_metadata;
-    std::string attempts_text;  // the rpcguard-attempts trailer
-    int attempts = 0;
-    TraceEvent terminal;  // without time, call id and strings
-  };
-
   // The call just decided, and the parked batches to serve.
   struct Ending {
     std::shared_ptr<const FinalOutcome> outcome;
@@ -240,21 +220,6 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // Ends the call: its terminal trace event, the give-up hook, then the
   // application's batches. Once, after FinishLocked, without mu_.
   void Conclude(const Ending& ending) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Fills and proceeds `batches` from `outcome`; the batch with the status
-  // goes last (it completes the call for the application).
-  void Serve(const Batches& batches, const FinalOutcome& outcome) const;
-  // Fills one parked batch; `status` is the status still to report, which
-  // a response that cannot be parsed turns into INTERNAL.
-  void FillBatch(grpc::experimental::InterceptorBatchMethods* b,
-                 const FinalOutcome& outcome, grpc::Status* status) const;
-  // Fills the receive batch of a riding call (POST_RECV_STATUS).
-  void FillReceived(grpc::experimental::InterceptorBatchMethods* b,
-                    const FinalOutcome& outcome) const;
-  // Parses the final response into the application's response `object`;
-  // false (and `*status` says why) when it cannot.
-  bool FillMessage(void* object, const FinalOutcome& outcome,
-                   grpc::Status* status) const;
 
   const std::shared_ptr<const FactoryState> factory_;
   const MethodState& method_;

@@ -1,0 +1,136 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/final_outcome.h"
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "absl/strings/str_cat.h"
+#include "rpcguard/channel.h"
+#include "rpcguard/internal/grpc_1_51_probes.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+// Points an application's metadata map at `from` (which outlives it).
+void AddMetadata(const Metadata& from,
+                 std::multimap<grpc::string_ref, grpc::string_ref>* to) {
+  for (const auto& kv : from) {
+    to->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+  }
+}
+
+// Parses the final response into the application's response `object`;
+// false (and `*status` says why) when it cannot.
+bool FillMessage(void* object, const FinalOutcome& outcome,
+                 const std::string& method, grpc::Status* status) {
+  if (!status->ok()) return false;
+  if (CertainlyNotAMessage(object)) {
+    *status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: the response object of ", method,
+                     " is not a protobuf message (a grpc::GenericStub "
+                     "call with grpc::ByteBuffer?); call "
+                     "rpcguard::MarkPassThrough(&context) before such "
+                     "calls"));
+    return false;
+  }
+  // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
+  // ByteBuffer callers must opt out (MarkPassThrough). Parsing consumes its
+  // buffer: it gets a copy (a reference to the same slices).
+  grpc::ByteBuffer response(outcome.response);
+  grpc::Status parsed =
+      grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
+          &response, static_cast<grpc::protobuf::MessageLite*>(object));
+  if (!parsed.ok()) {
+    *status =
+        grpc::Status(grpc::StatusCode::INTERNAL,
+                     absl::StrCat("rpcguard: cannot parse the response of ",
+                                  method, ": ", parsed.error_message()));
+    return false;
+  }
+  return true;
+}
+
+// Fills one parked batch; `status` is the status still to report, which a
+// response that cannot be parsed turns into INTERNAL.
+void FillBatch(InterceptorBatchMethods* b, const FinalOutcome& outcome,
+               const std::string& method, grpc::Status* status) {
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
+    FillReceivedBatch(b, outcome, method, nullptr);
+    return;
+  }
+  if (b->QueryInterceptionHookPoint(
+          InterceptionHookPoints::PRE_RECV_INITIAL_METADATA)) {
+    AddMetadata(outcome.initial_metadata, b->GetRecvInitialMetadata());
+  }
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_MESSAGE)) {
+    if (!FillMessage(b->GetRecvMessage(), outcome, method, status)) {
+      b->FailHijackedRecvMessage();
+    }
+  }
+  if (b->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_RECV_STATUS)) {
+    *b->GetRecvStatus() = *status;
+    auto* map = b->GetRecvTrailingMetadata();
+    AddMetadata(outcome.trailing_metadata, map);
+    map->emplace(grpc::string_ref(kAttemptsTrailer),
+                 grpc::string_ref(outcome.attempts_text));
+  }
+}
+
+}  // namespace
+
+void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
+                  Metadata* to) {
+  for (const auto& kv : from) {
+    to->emplace_back(std::string(kv.first.data(), kv.first.size()),
+                     std::string(kv.second.data(), kv.second.size()));
+  }
+}
+
+void ServeBatches(const Batches& batches, const FinalOutcome& outcome,
+                  const std::string& method) {
+  grpc::Status status = outcome.status;
+  InterceptorBatchMethods* status_batch = nullptr;
+  for (InterceptorBatchMethods* b : batches) {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_RECV_STATUS)) {
+      status_batch = b;  // a unary call has one
+    } else {
+      FillBatch(b, outcome, method, &status);
+      b->Proceed();
+    }
+  }
+  if (status_batch != nullptr) {
+    FillBatch(status_batch, outcome, method, &status);
+    status_batch->Proceed();
+  }
+}
+
+void FillReceivedBatch(InterceptorBatchMethods* b, const FinalOutcome& outcome,
+                       const std::string& method, void* response_object) {
+  auto* trailing = b->GetRecvTrailingMetadata();
+  grpc::Status status = outcome.status;
+  if (!outcome.from_app_call) {
+    if (b->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      auto* map = b->GetRecvInitialMetadata();
+      map->clear();
+      AddMetadata(outcome.initial_metadata, map);
+    }
+    // The batch's own message pointer is null after a failed attempt: the
+    // object was captured with the first batch.
+    FillMessage(response_object, outcome, method, &status);
+    trailing->clear();
+    AddMetadata(outcome.trailing_metadata, trailing);
+  }
+  *b->GetRecvStatus() = status;
+  trailing->emplace(grpc::string_ref(kAttemptsTrailer),
+                    grpc::string_ref(outcome.attempts_text));
+}
+
+}  // namespace internal
+}  // namespace rpcguard
