@@ -58,9 +58,10 @@ bool FillMessage(void* object, const FinalOutcome& outcome,
 // Fills one parked batch; `status` is the status still to report, which a
 // response that cannot be parsed turns into INTERNAL.
 void FillBatch(InterceptorBatchMethods* b, const FinalOutcome& outcome,
-               const std::string& method, grpc::Status* status) {
+               const std::string& method, void* response_object,
+               grpc::Status* status) {
   if (b->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_STATUS)) {
-    FillReceivedBatch(b, outcome, method, nullptr);
+    FillReceivedBatch(b, outcome, method, response_object);
     return;
   }
   if (b->QueryInterceptionHookPoint(
@@ -92,7 +93,7 @@ void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
 }
 
 void ServeBatches(const Batches& batches, const FinalOutcome& outcome,
-                  const std::string& method) {
+                  const std::string& method, void* response_object) {
   grpc::Status status = outcome.status;
   InterceptorBatchMethods* status_batch = nullptr;
   for (InterceptorBatchMethods* b : batches) {
@@ -100,12 +101,12 @@ void ServeBatches(const Batches& batches, const FinalOutcome& outcome,
             InterceptionHookPoints::PRE_RECV_STATUS)) {
       status_batch = b;  // a unary call has one
     } else {
-      FillBatch(b, outcome, method, &status);
+      FillBatch(b, outcome, method, response_object, &status);
       b->Proceed();
     }
   }
   if (status_batch != nullptr) {
-    FillBatch(status_batch, outcome, method, &status);
+    FillBatch(status_batch, outcome, method, response_object, &status);
     status_batch->Proceed();
   }
 }

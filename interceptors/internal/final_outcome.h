@@ -48,9 +48,11 @@ void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
 // proceeds them, the batch with the status last: it completes the call for
 // the application. A response that cannot be parsed into the application's
 // response object turns the status into INTERNAL. `method` names the
-// method in such messages.
+// method in such messages. `response_object` is a riding call's response
+// object (FillReceivedBatch), for its parked POST_RECV_STATUS batch; null
+// for a hijacked call.
 void ServeBatches(const Batches& batches, const FinalOutcome& outcome,
-                  const std::string& method);
+                  const std::string& method, void* response_object);
 
 // Fills the receive batch (POST_RECV_STATUS) of a riding call, whose first
 // attempt was the application's own call: the final attempt's metadata,

@@ -127,7 +127,7 @@ void HijackedCall::Park(InterceptorBatchMethods* batch) {
     }
     outcome = outcome_;
   }
-  ServeBatches({batch}, *outcome, method_.name);
+  ServeBatches({batch}, *outcome, method_.name, response_object_);
 }
 
 void HijackedCall::StartAttempt() {
@@ -554,7 +554,7 @@ void HijackedCall::Conclude(const Ending& ending) {
     factory_->ReportGiveUp(method_, e, outcome.attempts, setup_.idempotency_key,
                            setup_.request);
   }
-  ServeBatches(ending.batches, outcome, method_.name);
+  ServeBatches(ending.batches, outcome, method_.name, response_object_);
 }
 
 }  // namespace internal
