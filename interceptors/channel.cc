@@ -45,12 +45,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
       target, credentials, args, std::move(factories));
 }
 
-std::shared_ptr<Stats> DefaultStats() {
-  static const std::shared_ptr<Stats>* const stats =
-      new std::shared_ptr<Stats>(std::make_shared<Stats>());
-  return *stats;
-}
-
 void MarkPassThrough(grpc::ClientContext* context) {
   context->AddMetadata(kPassThroughHeader, "1");
 }

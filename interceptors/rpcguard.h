@@ -2,20 +2,31 @@
 //
 // rpcguard: gRPC C++ client interceptors that make retries safe. The one
 // header users include; see README.md for a tour.
+//
+// What it exports, and nothing else:
+//   channel.h              CreateChannel, MakeInterceptorFactory, Options,
+//                          MarkPassThrough, CredentialRefresher, the
+//                          metadata names, DefaultStats
+//   config.h               Config (JSON and .proto declarations), Explain,
+//                          MethodPolicy and its parts
+//   destination/breaker.h  BreakerRegistry and its options; CircuitBreaker
+//                          (to inspect, force open or reset a breaker)
+//   observability/trace.h  TraceSink and its sinks, TraceEvent, verbosity,
+//                          GiveUpHook
+//   observability/stats.h  Stats, snapshots, Prometheus text
+//   clock.h, random.h      the injectable time and randomness
+// The decision internals (retry controller, backoff, classifier, call plan,
+// retry gate) and everything under internal/ are not part of the API.
 
 #ifndef RPCGUARD_RPCGUARD_H_
 #define RPCGUARD_RPCGUARD_H_
 
-#include "rpcguard/decision/backoff.h"            // IWYU pragma: export
-#include "rpcguard/clock.h"              // IWYU pragma: export
-#include "rpcguard/config.h"             // IWYU pragma: export
-#include "rpcguard/decision/policy.h"             // IWYU pragma: export
-#include "rpcguard/random.h"             // IWYU pragma: export
-#include "rpcguard/decision/retry_controller.h"   // IWYU pragma: export
-#include "rpcguard/channel.h"  // IWYU pragma: export
-#include "rpcguard/decision/server_hints.h"       // IWYU pragma: export
-#include "rpcguard/observability/stats.h"              // IWYU pragma: export
-#include "rpcguard/decision/status_class.h"       // IWYU pragma: export
-#include "rpcguard/observability/trace.h"              // IWYU pragma: export
+#include "rpcguard/channel.h"              // IWYU pragma: export
+#include "rpcguard/clock.h"                // IWYU pragma: export
+#include "rpcguard/config.h"               // IWYU pragma: export
+#include "rpcguard/destination/breaker.h"  // IWYU pragma: export
+#include "rpcguard/observability/stats.h"  // IWYU pragma: export
+#include "rpcguard/observability/trace.h"  // IWYU pragma: export
+#include "rpcguard/random.h"               // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

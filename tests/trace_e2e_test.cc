@@ -15,8 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
-#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
 #include "tools/trace_reader.h"
 
@@ -213,6 +213,73 @@ TEST_F(TraceE2ETest, CancelDuringBackoffIsAFailFast) {
   EXPECT_EQ(events[1].kind, TraceEvent::Kind::kFailFast);
   EXPECT_EQ(events[1].attempt, 2);  // the attempt that was not sent
   EXPECT_EQ(events[1].reason, GiveUpReason::kCancelled);
+}
+
+// A call refused before it was sent still reaches the give-up hook: no
+// attempts, its key and its request, and the call id of its trace line.
+TEST_F(TraceE2ETest, FailFastReachesTheHookWithNoAttempts) {
+  auto registry = *BreakerRegistry::Create({});
+  Options options;
+  options.config = *Config::FromJson(kConfig);
+  options.breaker_registry = registry;
+  options.trace_verbosity = TraceVerbosity::kGiveUps;
+  options.trace_sink =
+      std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+        absl::MutexLock lock(&mu_);
+        if (e.kind != TraceEvent::Kind::kBreakerTransition) {
+          events_.push_back(e);
+        }
+      });
+  options.give_up_hook = [this](const GiveUpInfo& info) {
+    absl::MutexLock lock(&mu_);
+    give_ups_.push_back(info);
+  };
+  auto stub = FaultService::NewStub(*CreateChannel(
+      server_.address(), grpc::InsecureChannelCredentials(), options));
+  registry->Get(server_.address())->ForceOpen();
+  for (bool hijacked : {true, false}) {  // Get is hijacked, Create is not
+    FaultRequest req;
+    req.set_op_id(hijacked ? "refused-get" : "refused-create");
+    req.set_payload("kept for later");
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    const grpc::Status s = hijacked ? stub->Get(&ctx, req, &reply)
+                                    : stub->Create(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    absl::MutexLock lock(&mu_);
+    ASSERT_FALSE(give_ups_.empty());
+    const GiveUpInfo& info = give_ups_.back();
+    EXPECT_EQ(info.reason, GiveUpReason::kBreakerOpen);
+    EXPECT_EQ(info.attempts, 0) << "hijacked=" << hijacked;
+    EXPECT_EQ(info.request, req.SerializeAsString());
+    EXPECT_EQ(info.idempotency_key.size(), 36u);  // a UUID of its own
+    ASSERT_FALSE(events_.empty());
+    EXPECT_EQ(events_.back().call_id, info.call_id);
+    EXPECT_EQ(events_.back().kind, TraceEvent::Kind::kFailFast);
+  }
+  EXPECT_EQ(server_.total_attempts(), 0);
+}
+
+// A factory traces the breakers of its own destination (and its per-service
+// keys), not those of another destination its name happens to prefix.
+TEST_F(TraceE2ETest, BreakerTransitionsOfOtherDestinationsAreNotTraced) {
+  auto registry = *BreakerRegistry::Create({});
+  std::vector<std::string> seen;
+  absl::Mutex seen_mu;
+  Options options;
+  options.breaker_registry = registry;
+  options.destination = "127.0.0.1:5005";
+  options.trace_sink = std::make_shared<CallbackSink>([&](const TraceEvent& e) {
+    absl::MutexLock lock(&seen_mu);
+    seen.push_back(e.breaker_key);
+  });
+  auto factory = MakeInterceptorFactory(options);
+  registry->Get("127.0.0.1:50051")->ForceOpen();
+  registry->Get("127.0.0.1:5005/pkg.Svc")->ForceOpen();
+  registry->Get("127.0.0.1:5005")->ForceOpen();
+  absl::MutexLock lock(&seen_mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"127.0.0.1:5005/pkg.Svc",
+                                            "127.0.0.1:5005"}));
 }
 
 }  // namespace

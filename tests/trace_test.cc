@@ -408,14 +408,5 @@ TEST(JsonLinesSinkTest, ConcurrentWritersProduceWholeLines) {
       sink, [&out] { return out.str(); }, &FormatJson);
 }
 
-TEST(GiveUpInfoTest, DefaultsDescribeNothing) {
-  GiveUpInfo info;
-  EXPECT_EQ(info.reason, GiveUpReason::kNone);
-  EXPECT_EQ(info.attempts, 0);
-  EXPECT_THAT(info.request, IsEmpty());
-  GiveUpHook hook = [](const GiveUpInfo&) {};
-  hook(info);
-}
-
 }  // namespace
 }  // namespace rpcguard

@@ -222,4 +222,12 @@ void FactoryState::ReportGiveUp(const MethodState& method,
 }
 
 }  // namespace internal
+
+// Defined here, beside its one user in the library (FactoryState).
+std::shared_ptr<Stats> DefaultStats() {
+  static const std::shared_ptr<Stats>* const stats =
+      new std::shared_ptr<Stats>(std::make_shared<Stats>());
+  return *stats;
+}
+
 }  // namespace rpcguard
