@@ -77,11 +77,16 @@ using CredentialRefresher = std::function<void(
 struct Options {
   // Per-method policies.
   Config config;
-  // Time source for deadline arithmetic; must outlive every call. Null means
-  // Clock::Real().
+  // Time for rpcguard's decisions (deadline and backoff arithmetic, trace
+  // timestamps); must outlive every call. gRPC's own deadlines and timers
+  // always run on the real clock (rpcguard converts by the time remaining),
+  // and breakers and budgets use their registry's clock
+  // (BreakerRegistry::Options). Raw pointers here, shared_ptr for sinks and
+  // registries: a clock and a random source are process-lifetime objects.
+  // Null is taken as the default.
   Clock* clock = Clock::Real();
-  // Randomness for jitter and idempotency keys; must outlive every call. Null
-  // means Random::Default().
+  // Randomness for jitter, call ids and idempotency keys; must outlive every
+  // call. Null is taken as the default.
   Random* random = Random::Default();
   // Optional: when set, an UNAUTHENTICATED attempt of a call that is safe to
   // repeat gets exactly one more attempt with refreshed credentials.

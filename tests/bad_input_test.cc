@@ -1,11 +1,11 @@
 // Copyright rpcguard authors.
 //
-// Bad input from the application (issue 7, section 4): wrong-typed response
-// objects, ByteBuffer generic calls, expired deadlines, cancelled contexts,
-// metadata that clashes with rpcguard's own keys, huge idempotency keys, and
-// interceptor factories shared by many channels and destroyed while calls
-// are in flight. Each case must either work or fail with a clear status; none
-// may crash. The suite also runs under --config=asan (ASan + UBSan).
+// Bad input from the application: wrong-typed response objects, ByteBuffer
+// generic calls, expired deadlines, cancelled contexts, metadata that clashes
+// with rpcguard's own keys, huge idempotency keys, and interceptor factories
+// shared by many channels and destroyed while calls are in flight. Each case
+// must either work or fail with a clear status; none may crash. The suite also
+// runs under --config=asan (ASan + UBSan).
 //
 // Every test talks to a real FaultServer on 127.0.0.1 and asserts on what
 // the server saw, so "nothing was sent" is checked, not assumed.
@@ -27,9 +27,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/internal/v1/rpc_status.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
 
 namespace rpcguard {
@@ -321,7 +321,7 @@ TEST_F(BadInputTest, ByteBufferCallToRetriedMethodFailingIsSafeUnmarked) {
 // Still undefined behaviour, and not tested because it crashes: the same
 // call with a NON-EMPTY ByteBuffer as the response (e.g. one reused from an
 // earlier call). gRPC's interceptor API gives no way to tell that apart from
-// a message; see the report in issue 7.
+// a message (README, Limits; MarkPassThrough is the way out).
 TEST_F(BadInputTest, ByteBufferCallToRetriedMethodUnmarkedFailsClearly) {
   for (bool cq : {false, true}) {
     FaultRequest req;

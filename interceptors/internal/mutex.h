@@ -5,17 +5,18 @@
 // than absl::Mutex, because of how Debian builds abseil:
 //
 //   - Its absl::Mutex runs the deadlock detector on every Lock(), under one
-//     process-wide spin lock (Debian's libabsl is not built with NDEBUG).
-//     Every absl::Mutex in the process then contends on that lock: measured
-//     here, two threads locking two unrelated mutexes take 145 ns per lock
-//     instead of 22 ns on one thread. std::mutex costs 6 ns and scales.
-//     (absl::SetMutexDeadlockDetectionMode(kIgnore) removes the cost, but
-//     that is the application's call, not a library's.)
+//     process-wide spin lock (Debian's libabsl is not built with NDEBUG), so
+//     unrelated mutexes on different threads contend with each other;
+//     std::mutex does not (//bench:decision_bench measures the paths that
+//     lock). absl::SetMutexDeadlockDetectionMode(kIgnore) would remove the
+//     cost, but that is the application's call, not a library's.
 //   - It is not built with -fsanitize=thread, so ThreadSanitizer cannot see
 //     its locking and reports every field it guards as a race; TSan sees
 //     std::mutex (pthread) natively.
 //
-// Internal to rpcguard.
+// Which lock for new code: internal::Mutex on any path a call takes;
+// absl::Mutex where contention cannot matter (sinks, stats registration,
+// test doubles). Internal to rpcguard.
 
 #ifndef RPCGUARD_INTERNAL_MUTEX_H_
 #define RPCGUARD_INTERNAL_MUTEX_H_
