@@ -2,7 +2,7 @@
 
 #include "rpcguard/internal/final_outcome.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/impl/codegen/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
 #include "rpcguard/channel.h"
@@ -39,17 +39,19 @@ bool FillMessage(void* object, const FinalOutcome& outcome,
     return false;
   }
   // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
-  // ByteBuffer callers must opt out (MarkPassThrough). Parsing consumes its
-  // buffer: it gets a copy (a reference to the same slices).
-  grpc::ByteBuffer response(outcome.response);
-  grpc::Status parsed =
-      grpc::SerializationTraits<grpc::protobuf::MessageLite>::Deserialize(
-          &response, static_cast<grpc::protobuf::MessageLite*>(object));
-  if (!parsed.ok()) {
-    *status =
-        grpc::Status(grpc::StatusCode::INTERNAL,
-                     absl::StrCat("rpcguard: cannot parse the response of ",
-                                  method, ": ", parsed.error_message()));
+  // ByteBuffer callers must opt out (MarkPassThrough). Read in place:
+  // SerializationTraits::Deserialize would clear the buffer, and the
+  // outcome is immutable. The reader only reads (it takes a non-const
+  // pointer for its own reasons).
+  grpc::ProtoBufferReader reader(
+      const_cast<grpc::ByteBuffer*>(&outcome.response));
+  auto* message = static_cast<grpc::protobuf::MessageLite*>(object);
+  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
+    *status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: cannot parse the response of ", method, ": ",
+                     reader.status().ok() ? message->InitializationErrorString()
+                                          : reader.status().error_message()));
     return false;
   }
   return true;

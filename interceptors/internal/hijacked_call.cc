@@ -118,7 +118,7 @@ void HijackedCall::Cancel() {
 }
 
 void HijackedCall::Park(InterceptorBatchMethods* batch) {
-  std::shared_ptr<const FinalOutcome> outcome;
+  const FinalOutcome* outcome;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ != Phase::kDone) {
@@ -496,7 +496,7 @@ HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
                                                 TraceEvent::Kind kind,
                                                 StatusClass status_class) {
   phase_ = Phase::kDone;
-  auto out = std::make_shared<FinalOutcome>();
+  FinalOutcome* out = &final_;
   const int attempts = controller_.attempts();
   TraceEvent& terminal = out->terminal;
   terminal.kind = kind;
@@ -535,7 +535,7 @@ HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
   last_attempt_.reset();
   outcome_ = out;
   Ending ending;
-  ending.outcome = std::move(out);
+  ending.outcome = out;
   ending.batches.swap(parked_);
   return ending;
 }

@@ -160,7 +160,7 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
 
   // The call just decided, and the parked batches to serve.
   struct Ending {
-    std::shared_ptr<const FinalOutcome> outcome;
+    const FinalOutcome* outcome = nullptr;  // final_, now immutable
     Batches batches;
   };
 
@@ -248,7 +248,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   std::shared_ptr<Attempt> last_attempt_ ABSL_GUARDED_BY(mu_);
   std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
   Batches parked_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const FinalOutcome> outcome_ ABSL_GUARDED_BY(mu_);
+  // The outcome: written once, by FinishLocked, and immutable from then on;
+  // outcome_ points to it once it is. Readers hold it through Ending or
+  // read outcome_ under mu_, so the write happens before any read.
+  FinalOutcome final_;
+  const FinalOutcome* outcome_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Created under mu_, then set or cancelled without it by the thread that
   // created it (and cancelled by DoCancel only once armed).
   std::unique_ptr<grpc::Alarm> backoff_alarm_;

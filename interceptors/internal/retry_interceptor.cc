@@ -288,12 +288,18 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     event.attempt = 1;
     event.code = status->error_code();
     AttemptOutcome outcome;
-    const absl::Time deadline =
-        CallerDeadline(*info_->client_context(), factory_->clock());
+    // Read only when needed: a success that is not traced needs no clock.
+    std::optional<absl::Time> deadline;
+    auto caller_deadline = [&] {
+      if (!deadline) {
+        deadline = CallerDeadline(*info_->client_context(), factory_->clock());
+      }
+      return *deadline;
+    };
     if (!status->ok()) {
-      const Decision d =
-          DecideSentOnce(method.resolved.policy, plan_.may_repeat, deadline,
-                         factory_->clock(), status->error_code(), cancelled());
+      const Decision d = DecideSentOnce(
+          method.resolved.policy, plan_.may_repeat, caller_deadline(),
+          factory_->clock(), status->error_code(), cancelled());
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;
@@ -314,7 +320,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       if (e.call_id == 0) e.call_id = factory_->random()->Next64();
       e.method = method.name;
       e.idempotency_key = key_;
-      e.deadline_left = deadline - e.time;
+      e.deadline_left = caller_deadline() - e.time;
       FactoryState::FillBreaker(method, e);
     });
     if (event.decision == TraceDecision::kGiveUp) {
