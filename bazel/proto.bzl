@@ -2,6 +2,18 @@
 grpc_cpp_plugin (Bazel's native proto rules need @com_google_protobuf, which
 cannot be fetched offline)."""
 
+# Where rpcguard's own files are in the execroot: "" in rpcguard's workspace,
+# "external/<name>" when another workspace uses rpcguard as a repository.
+_RPCGUARD_ROOT = Label("//proto:include_root").workspace_root
+
+def _path(root, rel):
+    """`rel` under a repository's execroot directory `root` ("" or external/x)."""
+    if not root:
+        return rel
+    if rel == ".":
+        return root
+    return root + "/" + rel
+
 def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
     """Generates C++ (and gRPC) code for `srcs` and wraps it in a cc_library.
 
@@ -11,8 +23,11 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
 
     Args:
       name: the cc_library's name.
-      srcs: .proto files in this package; imports resolve from proto/ and
-        /usr/include (for google/protobuf/*.proto).
+      srcs: .proto files in this package; imports resolve from this
+        repository's proto/ (or its root, outside proto/), rpcguard's proto/
+        and /usr/include (for google/protobuf/*.proto). Works in rpcguard's
+        workspace and from a workspace that uses rpcguard as a repository
+        (deps = ["@rpcguard//proto/rpcguard/v1:options_proto"]).
       deps: other cc_grpc_proto targets whose protos these import.
       grpc: also run grpc_cpp_plugin (set False for message-only protos).
       **kwargs: passed on to the cc_library (visibility, testonly, ...).
@@ -24,15 +39,19 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         if grpc:
             outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
     pkg = native.package_name()
+
+    # The calling package's repository: rpcguard's own (main or external), or
+    # a consumer's own .proto that imports rpcguard's options.
+    repo = native.repository_name()
+    root = "" if repo == "@" else "external/" + repo[1:]
     if pkg.startswith("proto/"):
-        import_root = "proto"
+        import_root = _path(root, "proto")
         rel = pkg[len("proto/"):]
-        out_root = "$(GENDIR)/proto"
     else:
         # Outside proto/ (examples/): imported by repo-relative path.
-        import_root = "."
+        import_root = _path(root, ".")
         rel = pkg
-        out_root = "$(GENDIR)"
+    out_root = _path("$(GENDIR)", import_root)
     plugin = ""
     if grpc:
         plugin = ("--plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) " +
@@ -41,7 +60,8 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
         outs = outs,
-        cmd = ("protoc -I" + import_root + " -Iproto -I/usr/include " +
+        cmd = ("protoc -I" + import_root + " -I" +
+               _path(_RPCGUARD_ROOT, "proto") + " -I/usr/include " +
                "--cpp_out=" + out_root + " " + plugin +
                " ".join([import_root + "/" + rel + "/" + s for s in srcs])),
         message = "protoc " + name,
@@ -55,6 +75,6 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         name = name,
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
-        deps = deps + ["//proto:include_root", "@system//:grpc"],
+        deps = deps + [Label("//proto:include_root"), "@system//:grpc"],
         **kwargs
     )
