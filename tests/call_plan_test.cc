@@ -32,6 +32,7 @@ struct Row {
   bool may_repeat;
   grpc::StatusCode reject = grpc::StatusCode::OK;
   std::string reject_message;  // exact, when reject is not OK
+  GiveUpReason reason = GiveUpReason::kNone;
 };
 
 CallFacts Facts() { return CallFacts(); }
@@ -142,8 +143,25 @@ std::vector<Row> Table() {
   {
     CallFacts f = Callback();
     f.response_may_be_message = false;
-    rows.push_back({"ByteBufferResponseIsHijacked", reads, f, CallMode::kHijack,
-                    Idempotency::kNoSideEffects, true});
+    rows.push_back({"ByteBufferResponseIsSentOnceAndSaysSo", reads, f,
+                    CallMode::kMetadataOnly, Idempotency::kNoSideEffects, true,
+                    grpc::StatusCode::OK, "", GiveUpReason::kUnsupportedCall});
+  }
+  {
+    CallFacts f = Facts();
+    f.response_may_be_message = false;
+    MethodPolicy p = reads;
+    p.timeout = absl::Seconds(1);
+    rows.push_back({"ByteBufferResponseIsSentOnceEvenWithATimeout", p, f,
+                    CallMode::kMetadataOnly, Idempotency::kNoSideEffects, true,
+                    grpc::StatusCode::OK, "", GiveUpReason::kUnsupportedCall});
+  }
+  {
+    CallFacts f = Callback();
+    f.response_may_be_message = false;
+    rows.push_back({"ByteBufferResponseOfAMethodNeverRetriedIsPlain",
+                    undeclared, f, CallMode::kMetadataOnly,
+                    Idempotency::kUnknown, false});
   }
   {
     MethodPolicy p = reads;
@@ -177,8 +195,7 @@ TEST_P(CallPlanTableTest, PlansTheDocumentedMode) {
   EXPECT_EQ(plan.may_repeat, row.may_repeat);
   EXPECT_EQ(plan.reject.error_code(), row.reject);
   EXPECT_EQ(plan.reject.error_message(), row.reject_message);
-  // Only the breaker gives a fail-fast a reason of its own.
-  EXPECT_EQ(plan.reason, GiveUpReason::kNone);
+  EXPECT_EQ(GiveUpReasonName(plan.reason), GiveUpReasonName(row.reason));
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, CallPlanTableTest, ::testing::ValuesIn(Table()),

@@ -66,11 +66,15 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
   // waitForReady can be put on the application's own call.
   const bool own_call_unfit = policy.timeout != absl::InfiniteDuration() ||
                               policy.wait_for_ready.has_value();
-  if (own_call_unfit) {
+  if (retries && !facts.response_may_be_message) {
+    // No attempt's response could be given to the application.
+    plan.mode = CallMode::kMetadataOnly;
+    plan.reason = GiveUpReason::kUnsupportedCall;
+  } else if (own_call_unfit) {
     plan.mode = CallMode::kHijack;
   } else if (!retries) {
     plan.mode = CallMode::kMetadataOnly;
-  } else if (facts.callback_api && facts.response_may_be_message &&
+  } else if (facts.callback_api &&
              policy.per_attempt_timeout == absl::InfiniteDuration()) {
     // An attempt's own deadline cannot be put on the application's call.
     plan.mode = CallMode::kRide;

@@ -9,7 +9,7 @@
 //                  proceeds untouched, no metadata, no breaker.
 //   kMetadataOnly  sent once as the application's own call, with rpcguard's
 //                  metadata; the breaker is asked first. Calls that may not
-//                  be repeated end here.
+//                  be repeated, or cannot be retried safely, end here.
 //   kRide          a callback-API call that may be retried: attempt 1 is the
 //                  application's own call; rpcguard takes over only if it
 //                  fails (no second call on the no-failure path).
@@ -55,8 +55,10 @@ struct CallFacts {
   // The call was recognised as a callback-API unary call, whose first
   // attempt can be the application's own call (grpc_1_51_probes.h).
   bool callback_api = false;
-  // The application's response object may be a protobuf message (it is
-  // certainly not when it is an empty grpc::ByteBuffer).
+  // The application's response object may be a protobuf message: false
+  // when it is known not to be (a grpc::GenericStub call's ByteBuffer),
+  // true when it is one or is not known yet (the CQ API hands it over
+  // later).
   bool response_may_be_message = true;
 };
 
@@ -70,7 +72,10 @@ struct CallPlan {
   // also depends on max_attempts: a method allowed one attempt that fails
   // gives up with max_attempts, not not_idempotent.
   bool may_repeat = false;
-  // kFailFast: the status the call ends with, and why.
+  // kFailFast: the status the call ends with, and why. kMetadataOnly: the
+  // reason a failure gives up with when it is not the call's idempotency
+  // or attempts (kUnsupportedCall: a call that may be repeated but cannot
+  // be retried safely).
   grpc::Status reject;
   GiveUpReason reason = GiveUpReason::kNone;
 };
@@ -81,6 +86,9 @@ struct CallPlan {
 // sent), then the mode: a call that may be retried rides when it can,
 // otherwise it is hijacked; a methodConfig `timeout` or `waitForReady`
 // also needs hijacking (neither can be put on the application's own call).
+// A call whose response object is not a protobuf message cannot have a
+// hijacked attempt's response put into it: it is sent once
+// (kMetadataOnly, reason kUnsupportedCall), never retried, and says so.
 CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts);
 
 // `plan` after the destination's breaker refused the call (kMetadataOnly and

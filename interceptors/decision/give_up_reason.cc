@@ -26,6 +26,8 @@ absl::string_view GiveUpReasonName(GiveUpReason reason) {
       return "breaker_open";
     case GiveUpReason::kPushbackStop:
       return "pushback_stop";
+    case GiveUpReason::kUnsupportedCall:
+      return "unsupported_call";
   }
   return "none";
 }

@@ -24,16 +24,19 @@ enum class GiveUpReason {
   kBudgetExhausted,  // the retry budget is spent
   kBreakerOpen,      // the destination's circuit breaker is open
   kPushbackStop,     // the server said not to retry
+  // A call rpcguard cannot retry safely, sent once (a grpc::GenericStub
+  // call whose response object is not a protobuf message).
+  kUnsupportedCall,
 };
 
 // The number of GiveUpReason values (kNone included): for tables indexed by
 // reason.
 inline constexpr int kNumGiveUpReasons =
-    static_cast<int>(GiveUpReason::kPushbackStop) + 1;
+    static_cast<int>(GiveUpReason::kUnsupportedCall) + 1;
 
 // Returns "none", "max_attempts", "deadline", "fatal", "auth",
 // "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
-// "pushback_stop".
+// "pushback_stop", "unsupported_call".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 }  // namespace rpcguard

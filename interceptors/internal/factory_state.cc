@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "rpcguard/internal/sending_scope.h"
 
 namespace rpcguard {
 namespace internal {
@@ -42,6 +43,8 @@ bool FirstToSee(const TraceSink* sink, const Stats* stats,
 }
 
 }  // namespace
+
+thread_local const grpc::ClientContext* SendingScope::current_ = nullptr;
 
 grpc::Status CancelledByCaller() {
   return grpc::Status(grpc::StatusCode::CANCELLED,

@@ -115,6 +115,12 @@ class FactoryState {
       const char* method, grpc::ChannelInterface* channel,
       grpc::experimental::InterceptorBatchMethods* first_batch) const;
 
+  // The state of `method` if a call resolved it already, else null.
+  // Lock-free, and it reads `method` only during the call.
+  const MethodState* FindMethod(const char* method) const {
+    return methods_.Find(method);
+  }
+
   // Counts `event`, and writes it to the trace when the verbosity asks;
   // `fill` adds the strings (method, key, message) only then, so that the
   // common untraced case copies none.

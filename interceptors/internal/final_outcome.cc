@@ -28,7 +28,7 @@ void AddMetadata(const Metadata& from,
 bool FillMessage(void* object, const FinalOutcome& outcome,
                  const std::string& method, grpc::Status* status) {
   if (!status->ok()) return false;
-  if (CertainlyNotAMessage(object)) {
+  if (!IsProtobufMessage(object)) {
     *status = grpc::Status(
         grpc::StatusCode::INTERNAL,
         absl::StrCat("rpcguard: the response object of ", method,

@@ -2,9 +2,11 @@
 
 #include "rpcguard/internal/grpc_1_51_probes.h"
 
+#include <dlfcn.h>
 #include <grpc/grpc.h>
 #include <grpcpp/version_info.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -19,11 +21,35 @@ namespace internal {
 
 bool ProbesKnowThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
 
-bool CertainlyNotAMessage(const void* object) {
-  if (object == nullptr) return true;
+namespace {
+
+// Vtable pointers known to be protobuf messages'; empty slots are null.
+constexpr int kKnownVtables = 32;
+std::atomic<const void*> known_vtables[kKnownVtables];
+
+}  // namespace
+
+bool IsProtobufMessage(const void* object) {
+  if (object == nullptr) return false;
   const void* first_word;
   std::memcpy(&first_word, object, sizeof(first_word));
-  return first_word == nullptr;
+  if (first_word == nullptr) return false;  // an empty ByteBuffer
+  for (const auto& known : known_vtables) {
+    const void* v = known.load(std::memory_order_relaxed);
+    if (v == first_word) return true;
+    if (v == nullptr) break;
+  }
+  Dl_info info;
+  if (dladdr(first_word, &info) == 0) return false;  // a heap pointer
+  for (auto& known : known_vtables) {
+    const void* expected = nullptr;
+    if (known.compare_exchange_strong(expected, first_word,
+                                      std::memory_order_relaxed) ||
+        expected == first_word) {
+      break;
+    }
+  }
+  return true;
 }
 
 bool IsCallbackUnaryCall(grpc::experimental::InterceptorBatchMethods* batch,

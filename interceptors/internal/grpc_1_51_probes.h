@@ -22,14 +22,17 @@ namespace internal {
 // False means every probe answers its safe default.
 bool ProbesKnowThisGrpc();
 
-// Whether the application's response object certainly is not a protobuf
-// message. gRPC's interceptor API hands it over as a void*; a generated
-// stub's is a MessageLite, whose first word is its vtable pointer and never
-// null. A grpc::GenericStub caller's is a grpc::ByteBuffer, whose only member
-// is a grpc_byte_buffer*, null while the buffer is empty (a fresh response
-// buffer). A non-empty ByteBuffer cannot be told apart this way. Null
-// `object` answers true.
-bool CertainlyNotAMessage(const void* object);
+// Whether `object`, an application's response object handed over by gRPC's
+// interceptor API as a void*, is a protobuf message (of any type) rather
+// than the grpc::ByteBuffer of a grpc::GenericStub caller. A message is a
+// polymorphic object: its first word is its vtable pointer, which lies in
+// a loaded module (the program or a shared library). A ByteBuffer's only
+// member is a grpc_byte_buffer*: null while the buffer is empty, else a
+// heap pointer, which lies in no module. Relies on the Itanium C++ ABI's
+// object layout (every Linux compiler), not on gRPC's internals. Vtables
+// seen are remembered, so a known type costs a few compares; a new one asks
+// the dynamic linker once. Null `object` answers false.
+bool IsProtobufMessage(const void* object);
 
 // Whether `batch`, the first batch of a call, belongs to a callback-API
 // unary call: the one API whose first attempt can be the application's own

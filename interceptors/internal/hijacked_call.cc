@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "rpcguard/decision/retry_gate.h"
+#include "rpcguard/internal/attempt_call.h"
 #include "rpcguard/internal/deadline.h"
+#include "rpcguard/internal/sending_scope.h"
 
 namespace rpcguard {
 namespace internal {
@@ -215,10 +217,13 @@ void HijackedCall::StartAttempt() {
   PrepareContext(*context, *attempt, number);
   // The callback captures only `this`, which std::function stores without
   // allocating; in_flight_ keeps this object alive until it runs.
-  grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      setup_.channel.get(), *setup_.rpc_method, context.get(), &setup_.request,
-      &attempt->response,
-      [this](grpc::Status status) { OnAttemptDone(std::move(status)); });
+  {
+    SendingScope sending(context.get());
+    StartAttemptCall(
+        setup_.channel.get(), *setup_.rpc_method, context.get(),
+        &setup_.request, &attempt->response,
+        [this](grpc::Status status) { OnAttemptDone(std::move(status)); });
+  }
 
   bool cancel_now;
   {

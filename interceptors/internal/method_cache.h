@@ -74,6 +74,12 @@ class MethodCache {
     return *values_.back();
   }
 
+  // The value for `path` if it was built already, else null. Lock-free.
+  const Value* Find(absl::string_view path) const {
+    return Find(table_.load(std::memory_order_acquire), path,
+                absl::Hash<absl::string_view>()(path));
+  }
+
   // Methods cached so far.
   size_t size() const {
     MutexLock lock(&mu_);

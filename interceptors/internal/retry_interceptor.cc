@@ -28,6 +28,7 @@
 #include "rpcguard/internal/grpc_1_51_probes.h"
 #include "rpcguard/internal/hijacked_call.h"
 #include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sending_scope.h"
 #include "rpcguard/internal/uuid.h"
 
 namespace rpcguard {
@@ -42,7 +43,15 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
  public:
   RetryInterceptor(ClientRpcInfo* info,
                    std::shared_ptr<const FactoryState> factory)
-      : info_(info), factory_(std::move(factory)) {}
+      : info_(info), factory_(std::move(factory)) {
+    // info->method() may point into the caller's string, which a
+    // grpc::GenericStub caller may free once the call is created (before
+    // its first batch, with the CQ API): read it now, and only now.
+    if (info->type() == ClientRpcInfo::Type::UNARY) {
+      method_ = factory_->FindMethod(info->method());
+      if (method_ == nullptr) method_name_ = info->method();
+    }
+  }
 
   void Intercept(InterceptorBatchMethods* batch) override {
     if (batch->QueryInterceptionHookPoint(
@@ -56,6 +65,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      if (SendingScope::IsSending(info_->client_context())) {
+        // rpcguard's own call, come back to rpcguard (sending_scope.h):
+        // it is already an attempt.
+        batch->Proceed();  // kPassThrough
+        return;
+      }
       OnFirstBatch(batch);
       return;  // OnFirstBatch may hijack: `this` may be gone.
     }
@@ -124,9 +139,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       batch->Proceed();  // kPassThrough
       return;
     }
-    const MethodState& method =
-        factory_->ForMethod(info_->method(), info_->channel(), batch);
-    method_ = &method;
+    if (method_ == nullptr) {
+      // The method's first call: resolved once, under the name read when
+      // the call was created.
+      method_ =
+          &factory_->ForMethod(method_name_.c_str(), info_->channel(), batch);
+    }
+    const MethodState& method = *method_;
     // rpcguard owns the attempt header: a caller's value would lie.
     if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
 
@@ -146,8 +165,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // Probed only when the answer matters: a call that may be retried.
     if (MayRepeat(policy.idempotency) || facts.caller_keys == 1) {
       facts.callback_api = IsCallbackUnaryCall(batch, info_->client_context());
+      // The CQ API hands the response object over only with Finish.
+      const void* response = batch->GetRecvMessage();
       facts.response_may_be_message =
-          !CertainlyNotAMessage(batch->GetRecvMessage());
+          response == nullptr || IsProtobufMessage(response);
     }
     plan_ = PlanCall(policy, facts);
 
@@ -202,6 +223,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     if (add_key) md->emplace(HeaderString<kIdempotencyKeyHeader>(), key_);
     md->emplace(HeaderString<kAttemptHeader>(), "1");
+    SendingScope sending(info_->client_context());
     batch->Proceed();
   }
 
@@ -303,7 +325,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;
-      event.reason = d.reason;
+      // A call that may be repeated was sent once for a reason of the plan's.
+      event.reason = d.reason == GiveUpReason::kMaxAttempts &&
+                             plan_.reason != GiveUpReason::kNone
+                         ? plan_.reason
+                         : d.reason;
       event.message = status->error_message();
       event.call_id = factory_->random()->Next64();
       // Say why a failure was not retried, as a hijacked call does.
@@ -334,7 +360,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // the same call are ordered after it by gRPC.
   CallMode mode_ = CallMode::kPassThrough;
   CallPlan plan_;
+  // The method's state, or, until its first call resolves it, its name.
   const MethodState* method_ = nullptr;
+  std::string method_name_;
   std::string key_;  // the call's idempotency key
   // kMetadataOnly, kRide: the breaker's admission of attempt 1.
   std::optional<Admission> admission_;
