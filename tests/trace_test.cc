@@ -68,7 +68,7 @@ TraceEvent FailFastEvent() {
   e.method = "/pkg.Svc/M";
   e.attempt = 1;
   e.code = grpc::StatusCode::UNAVAILABLE;
-  e.status_class = StatusClass::kRetriable;
+  e.status_class = StatusClass::kRetriable;  // not written: nothing was sent
   e.decision = TraceDecision::kGiveUp;
   e.reason = GiveUpReason::kBreakerOpen;
   e.deadline_left = -absl::Microseconds(1500);
@@ -113,7 +113,7 @@ TEST(FormatLogfmtTest, FailFastLine) {
   EXPECT_EQ(FormatLogfmt(FailFastEvent()),
             "ts=2026-11-30T05:01:02.123456Z level=warn msg=rpcguard "
             "event=fail_fast call=7 method=/pkg.Svc/M attempt=1 "
-            "code=UNAVAILABLE class=retriable decision=give_up "
+            "code=UNAVAILABLE class=- decision=give_up "
             "reason=breaker_open backoff_ms=0 deadline_left_ms=-1.5 "
             "breaker=open breaker_key=payments:443 key=k\n");
 }
@@ -209,7 +209,7 @@ TEST(FormatJsonTest, EscapesAndRepairsUtf8) {
             "{\"ts\":\"2026-11-30T05:01:02.123456Z\",\"level\":\"warn\","
             "\"msg\":\"rpcguard\",\"event\":\"fail_fast\",\"call\":\"7\","
             "\"method\":\"/pkg.Svc/M\",\"attempt\":1,\"code\":\"UNAVAILABLE\","
-            "\"class\":\"retriable\",\"decision\":\"give_up\","
+            "\"class\":null,\"decision\":\"give_up\","
             "\"reason\":\"breaker_open\",\"backoff_ms\":0,"
             "\"deadline_left_ms\":-1.5,\"breaker\":\"open\","
             "\"breaker_key\":\"payments:443\",\"key\":\"-\","

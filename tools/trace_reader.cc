@@ -219,7 +219,8 @@ class EventBuilder {
       st.Update(String("method", true, &e.method));
       st.Update(Attempt(&e.attempt));
       st.Update(Code(&e.code));
-      st.Update(Class(&e.status_class));
+      // A fail-fast has no class: nothing was sent to be answered.
+      st.Update(Class(e.kind == TraceEvent::Kind::kFailFast, &e.status_class));
       st.Update(Decision(&e.decision));
       st.Update(Reason(&e.reason));
       st.Update(Millis("backoff_ms", &e.backoff));
@@ -287,11 +288,13 @@ class EventBuilder {
     return absl::OkStatus();
   }
 
-  absl::Status Class(StatusClass* out) {
+  absl::Status Class(bool may_be_empty, StatusClass* out) {
     absl::StatusOr<const Field*> f = Get("class", true);
     if (!f.ok()) return f.status();
     const std::string v = absl::AsciiStrToLower((*f)->value);
-    if (v == "ok") {
+    if (may_be_empty && (v.empty() || v == "-")) {
+      *out = StatusClass::kFatal;  // the class a refused call ends in
+    } else if (v == "ok") {
       *out = StatusClass::kOk;
     } else if (v == "retriable") {
       *out = StatusClass::kRetriable;

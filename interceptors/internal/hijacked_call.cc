@@ -187,10 +187,9 @@ void HijackedCall::StartAttempt() {
           ended = true;
           break;
         case GiveUpReason::kBudgetExhausted:
-          // The previous attempt's answer stands, as for any give-up.
-          ending =
-              FinishLocked(last_status_, refused, last_attempt_.get(),
-                           TraceEvent::Kind::kAttempt, StatusClass::kRetriable);
+          // The previous attempt's answer stands, as for any give-up; the
+          // terminal event is the attempt that was not sent.
+          ending = FinishLocked(last_status_, refused, last_attempt_.get());
           ended = true;
           break;
         default:  // kDeadline

@@ -63,50 +63,6 @@ std::string FormatMs(absl::Duration d) {
   return out;
 }
 
-bool NeedsQuotes(absl::string_view v) {
-  if (v.empty() || v == "-") return true;
-  for (unsigned char c : v) {
-    if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) {
-      return true;
-    }
-  }
-  return false;
-}
-
-void AppendLogfmtValue(std::string* out, absl::string_view v) {
-  if (!NeedsQuotes(v)) {
-    out->append(v.data(), v.size());
-    return;
-  }
-  out->push_back('"');
-  for (unsigned char c : v) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out->push_back('"');
-}
-
 // Length of the valid UTF-8 sequence at the start of `s`, or 0 if it is not
 // one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF,
 // truncated).
@@ -135,7 +91,25 @@ size_t Utf8SequenceLength(absl::string_view s) {
   return n;
 }
 
-void AppendJsonString(std::string* out, absl::string_view v) {
+bool NeedsQuotes(absl::string_view v) {
+  if (v.empty() || v == "-") return true;
+  while (!v.empty()) {
+    const unsigned char c = v[0];
+    if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) {
+      return true;
+    }
+    const size_t n = Utf8SequenceLength(v);
+    if (n == 0) return true;  // written as \ufffd
+    v.remove_prefix(n);
+  }
+  return false;
+}
+
+// Appends `v` between double quotes, escaped the same way in both formats:
+// \" \\ \n \r \t, \b and \f in JSON, \u00XX for other control characters
+// (and DEL in logfmt), and \ufffd for each byte that is not part of valid
+// UTF-8, so every line is valid text whatever a status message holds.
+void AppendQuoted(std::string* out, absl::string_view v, bool json) {
   out->push_back('"');
   while (!v.empty()) {
     const unsigned char c = v[0];
@@ -167,13 +141,13 @@ void AppendJsonString(std::string* out, absl::string_view v) {
         out->append("\\t");
         break;
       case '\b':
-        out->append("\\b");
+        out->append(json ? "\\b" : "\\u0008");
         break;
       case '\f':
-        out->append("\\f");
+        out->append(json ? "\\f" : "\\u000c");
         break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || (!json && c == 0x7f)) {
           absl::StrAppendFormat(out, "\\u%04x", c);
         } else {
           out->push_back(static_cast<char>(c));
@@ -199,12 +173,14 @@ class LineWriter {
       if (value.empty()) {
         out_.append("null");
       } else {
-        AppendJsonString(&out_, value);
+        AppendQuoted(&out_, value, /*json=*/true);
       }
     } else if (value.empty()) {
       out_.push_back('-');
+    } else if (NeedsQuotes(value)) {
+      AppendQuoted(&out_, value, /*json=*/false);
     } else {
-      AppendLogfmtValue(&out_, value);
+      out_.append(value.data(), value.size());
     }
   }
 
@@ -258,7 +234,10 @@ std::string Format(const TraceEvent& e, bool json) {
     w.String("method", e.method);
     w.Number("attempt", absl::StrCat(e.attempt));
     w.String("code", StatusCodeName(e.code));
-    w.String("class", ClassText(e.status_class));
+    // A call refused before an attempt was sent has no answer to classify.
+    w.String("class", e.kind == TraceEvent::Kind::kFailFast
+                          ? absl::string_view()
+                          : ClassText(e.status_class));
     w.String("decision", TraceDecisionName(e.decision));
     w.String("reason", e.reason == GiveUpReason::kNone
                            ? absl::string_view()

@@ -90,6 +90,9 @@ struct TraceEvent {
   int attempt = 0;
   // kAttempt: the attempt's status. kFailFast: the status the caller gets.
   grpc::StatusCode code = grpc::StatusCode::OK;
+  // kAttempt: the class of the attempt's status. Not written for kFailFast
+  // ("-" in logfmt, null in JSON): a call refused before an attempt was sent
+  // has no answer from the server to classify.
   StatusClass status_class = StatusClass::kOk;
   // kFailFast is always kGiveUp.
   TraceDecision decision = TraceDecision::kDone;
@@ -154,12 +157,14 @@ bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event);
 //
 // `ts` is RFC 3339 UTC with microseconds. `level` is "warn" for give-ups,
 // fail-fasts and transitions to "open", "info" otherwise. `msg` is always
-// "rpcguard". `call` is lowercase hex. `class` is lowercase ("retriable").
+// "rpcguard". `call` is lowercase hex. `class` is lowercase ("retriable"),
+// empty for fail_fast events.
 // Durations are milliseconds with up to 3 decimals ("12.3", "0", "-1.5");
 // deadline_left_ms is "inf" without a deadline. An empty string field is
 // written as "-"; the optional fields in brackets are left out when empty.
 // A value containing a space, '"', '=', '\', a control character, or that is
-// exactly "-", is double-quoted with \" \\ \n \r \t and \u00XX escapes.
+// exactly "-", or is not valid UTF-8, is double-quoted with \" \\ \n \r \t,
+// \u00XX and, for each byte that is not valid UTF-8, \ufffd escapes.
 std::string FormatLogfmt(const TraceEvent& event);
 
 // Formats `event` as one JSON object on one line, with a trailing '\n'. The
