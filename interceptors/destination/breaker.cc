@@ -46,27 +46,12 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "option_checks.h"  // private to :destination
 
 namespace rpcguard {
-namespace {
 
-// Bucket widths below this make no sense for a clock read per call.
-constexpr absl::Duration kMinBucketWidth = absl::Milliseconds(1);
-constexpr int kMaxBuckets = 1000;
-
-absl::Status Invalid(absl::string_view field, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-}
-
-// Checks a duration option: finite and greater than 0.
-absl::Status CheckPositive(absl::string_view field, absl::Duration d) {
-  if (d <= absl::ZeroDuration())
-    return Invalid(field, "must be greater than 0");
-  if (d == absl::InfiniteDuration()) return Invalid(field, "must be finite");
-  return absl::OkStatus();
-}
-
-}  // namespace
+using internal::CheckPositiveDuration;
+using internal::InvalidOption;
 
 absl::string_view BreakerStateName(BreakerState state) {
   switch (state) {
@@ -107,48 +92,45 @@ AttemptResult AttemptResultFor(StatusClass status_class,
 }
 
 absl::Status BreakerOptions::Validate() const {
-  if (absl::Status s = CheckPositive("circuitBreaker.window", window);
+  if (absl::Status s = internal::CheckWindow("circuitBreaker", window, buckets);
       !s.ok()) {
     return s;
   }
-  if (buckets < 1 || buckets > kMaxBuckets) {
-    return Invalid("circuitBreaker.buckets",
-                   absl::StrCat("must be in [1, ", kMaxBuckets, "]"));
-  }
-  if (window / buckets < kMinBucketWidth) {
-    return Invalid("circuitBreaker.window", "must be at least 1ms per bucket");
-  }
   if (!(failure_ratio > 0 && failure_ratio <= 1)) {
-    return Invalid("circuitBreaker.failureRatio", "must be in (0, 1]");
+    return InvalidOption("circuitBreaker.failureRatio", "must be in (0, 1]");
   }
   if (min_attempts < 1) {
-    return Invalid("circuitBreaker.minAttempts", "must be at least 1");
+    return InvalidOption("circuitBreaker.minAttempts", "must be at least 1");
   }
-  if (absl::Status s = CheckPositive("circuitBreaker.openTime", open_time);
+  if (absl::Status s =
+          CheckPositiveDuration("circuitBreaker.openTime", open_time);
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          CheckPositive("circuitBreaker.maxOpenTime", max_open_time);
+          CheckPositiveDuration("circuitBreaker.maxOpenTime", max_open_time);
       !s.ok()) {
     return s;
   }
   if (max_open_time < open_time) {
-    return Invalid("circuitBreaker.maxOpenTime", "must be at least openTime");
+    return InvalidOption("circuitBreaker.maxOpenTime",
+                         "must be at least openTime");
   }
   if (healthy_period < absl::ZeroDuration()) {
-    return Invalid("circuitBreaker.healthyPeriod", "must not be negative");
+    return InvalidOption("circuitBreaker.healthyPeriod",
+                         "must not be negative");
   }
   if (healthy_period == absl::InfiniteDuration()) {
-    return Invalid("circuitBreaker.healthyPeriod", "must be finite");
+    return InvalidOption("circuitBreaker.healthyPeriod", "must be finite");
   }
   if (half_open_probes < 1) {
-    return Invalid("circuitBreaker.halfOpenProbes", "must be at least 1");
+    return InvalidOption("circuitBreaker.halfOpenProbes", "must be at least 1");
   }
   if (half_open_successes < 1) {
-    return Invalid("circuitBreaker.halfOpenSuccesses", "must be at least 1");
+    return InvalidOption("circuitBreaker.halfOpenSuccesses",
+                         "must be at least 1");
   }
-  return CheckPositive("circuitBreaker.probeTimeout", probe_timeout);
+  return CheckPositiveDuration("circuitBreaker.probeTimeout", probe_timeout);
 }
 
 bool BreakerOptions::operator==(const BreakerOptions& o) const {

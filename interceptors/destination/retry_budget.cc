@@ -6,21 +6,19 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "option_checks.h"  // private to :destination
 
 namespace rpcguard {
+
+using internal::InvalidOption;
+
 namespace {
 
-constexpr absl::Duration kMinBucketWidth = absl::Milliseconds(1);
-constexpr int kMaxBuckets = 1000;
 // gRFC A6's bound on retryThrottling.maxTokens (gRPC enforces it too).
 constexpr double kMaxRetryTokens = 1000;
 // Slack for the budget comparison, so that binary rounding of ratio x count
 // (0.2 x 1000 = 200.00000000000003) never refuses a retry that fits exactly.
 constexpr double kAllowanceSlack = 1e-9;
-
-absl::Status Invalid(absl::string_view field, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-}
 
 }  // namespace
 
@@ -28,31 +26,22 @@ absl::Status Invalid(absl::string_view field, absl::string_view message) {
 // RetryBudget
 
 absl::Status RetryBudgetOptions::Validate() const {
-  if (window <= absl::ZeroDuration()) {
-    return Invalid("retryBudget.window", "must be greater than 0");
-  }
-  if (window == absl::InfiniteDuration()) {
-    return Invalid("retryBudget.window", "must be finite");
-  }
-  if (buckets < 1 || buckets > kMaxBuckets) {
-    return Invalid("retryBudget.buckets",
-                   absl::StrCat("must be in [1, ", kMaxBuckets, "]"));
-  }
-  if (window / buckets < kMinBucketWidth) {
-    return Invalid("retryBudget.window", "must be at least 1ms per bucket");
+  if (absl::Status s = internal::CheckWindow("retryBudget", window, buckets);
+      !s.ok()) {
+    return s;
   }
   // More retries than calls is no budget at all.
   if (!(ratio >= 0 && ratio <= 1)) {
-    return Invalid("retryBudget.ratio", "must be in [0, 1]");
+    return InvalidOption("retryBudget.ratio", "must be in [0, 1]");
   }
   if (!(min_retries_per_second >= 0 && std::isfinite(min_retries_per_second))) {
-    return Invalid("retryBudget.minRetriesPerSecond",
-                   "must be a finite number, at least 0");
+    return InvalidOption("retryBudget.minRetriesPerSecond",
+                         "must be a finite number, at least 0");
   }
   if (ratio == 0 && min_retries_per_second == 0) {
-    return Invalid("retryBudget",
-                   "ratio and minRetriesPerSecond are both 0, which forbids "
-                   "every retry");
+    return InvalidOption("retryBudget",
+                         "ratio and minRetriesPerSecond are both 0, which "
+                         "forbids every retry");
   }
   return absl::OkStatus();
 }
@@ -135,24 +124,25 @@ int64_t ToThousandths(double value) {
 
 absl::Status RetryThrottleOptions::Validate() const {
   if (!(max_tokens > 0)) {
-    return Invalid("retryThrottling.maxTokens", "must be greater than 0");
+    return InvalidOption("retryThrottling.maxTokens", "must be greater than 0");
   }
   if (max_tokens > kMaxRetryTokens) {
-    return Invalid("retryThrottling.maxTokens",
-                   absl::StrCat("must be at most ", kMaxRetryTokens));
+    return InvalidOption("retryThrottling.maxTokens",
+                         absl::StrCat("must be at most ", kMaxRetryTokens));
   }
   if (internal::ToThousandths(max_tokens) < 1) {
-    return Invalid("retryThrottling.maxTokens", "must be at least 0.001");
+    return InvalidOption("retryThrottling.maxTokens", "must be at least 0.001");
   }
   if (!(token_ratio > 0)) {
-    return Invalid("retryThrottling.tokenRatio", "must be greater than 0");
+    return InvalidOption("retryThrottling.tokenRatio",
+                         "must be greater than 0");
   }
   if (!std::isfinite(token_ratio)) {
-    return Invalid("retryThrottling.tokenRatio", "must be finite");
+    return InvalidOption("retryThrottling.tokenRatio", "must be finite");
   }
   if (internal::ToThousandths(token_ratio) < 1) {
-    return Invalid("retryThrottling.tokenRatio",
-                   "must be at least 0.001 (3 decimal places are kept)");
+    return InvalidOption("retryThrottling.tokenRatio",
+                         "must be at least 0.001 (3 decimal places are kept)");
   }
   return absl::OkStatus();
 }
