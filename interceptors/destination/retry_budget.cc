@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "option_checks.h"  // private to :destination
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -19,6 +22,24 @@ namespace {
 constexpr double kAllowanceSlack = 1e-9;
 
 }  // namespace
+
+struct RetryBudget::State {
+  State(absl::Duration window, int buckets)
+      : first_attempts(window, buckets), retries(window, buckets) {}
+
+  // Whether one more retry fits in ratio x first attempts + floor, over the
+  // window that ends at `now`.
+  bool AllowsOneMoreLocked(absl::Time now, double ratio, double floor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // First attempts (a; b unused), with locks of its own.
+  internal::StripedWindow first_attempts;
+
+  internal::Mutex mu;
+  // Granted retries (a; b unused).
+  internal::SlidingWindow retries ABSL_GUARDED_BY(mu);
+  uint64_t refused ABSL_GUARDED_BY(mu) = 0;
+};
 
 absl::Status RetryBudgetOptions::Validate() const {
   if (absl::Status s = internal::CheckWindow("retryBudget", window, buckets);
@@ -58,48 +79,49 @@ RetryBudget::RetryBudget(const RetryBudgetOptions& options, Clock* clock)
       clock_(clock),
       floor_(options.min_retries_per_second *
              absl::ToDoubleSeconds(options.window)),
-      first_attempts_(options.window, options.buckets),
-      retries_(options.window, options.buckets) {}
+      impl_(std::make_unique<State>(options.window, options.buckets)) {}
 
-void RetryBudget::RecordFirstAttempt() {
-  first_attempts_.Add(clock_->Now(), 1, 0);
-}
+RetryBudget::~RetryBudget() = default;
 
-bool RetryBudget::AllowsOneMoreLocked(absl::Time now) {
+bool RetryBudget::State::AllowsOneMoreLocked(absl::Time now, double ratio,
+                                             double floor) {
   // A first attempt counted concurrently may be missed: that only makes
   // this decision stricter, never overdraws.
-  const int64_t first_attempts = first_attempts_.Sum(now).a;
-  const int64_t retries = retries_.Sum(now).a;
-  const double allowance =
-      options_.ratio * static_cast<double>(first_attempts) + floor_;
-  return static_cast<double>(retries + 1) <= allowance + kAllowanceSlack;
+  const int64_t first = first_attempts.Sum(now).a;
+  const int64_t granted = retries.Sum(now).a;
+  const double allowance = ratio * static_cast<double>(first) + floor;
+  return static_cast<double>(granted + 1) <= allowance + kAllowanceSlack;
+}
+
+void RetryBudget::RecordFirstAttempt() {
+  impl_->first_attempts.Add(clock_->Now(), 1, 0);
 }
 
 bool RetryBudget::TryAcquireRetry() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
-  if (!AllowsOneMoreLocked(now)) {
-    ++refused_;
+  internal::MutexLock lock(&impl_->mu);
+  if (!impl_->AllowsOneMoreLocked(now, options_.ratio, floor_)) {
+    ++impl_->refused;
     return false;
   }
-  retries_.Add(now, 1, 0);
+  impl_->retries.Add(now, 1, 0);
   return true;
 }
 
 bool RetryBudget::CanAcquireRetry() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
-  return AllowsOneMoreLocked(now);
+  internal::MutexLock lock(&impl_->mu);
+  return impl_->AllowsOneMoreLocked(now, options_.ratio, floor_);
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&impl_->mu);
   RetryBudgetSnapshot s;
-  s.first_attempts = first_attempts_.Sum(now).a;
-  s.retries = retries_.Sum(now).a;
+  s.first_attempts = impl_->first_attempts.Sum(now).a;
+  s.retries = impl_->retries.Sum(now).a;
   s.allowance = options_.ratio * static_cast<double>(s.first_attempts) + floor_;
-  s.refused = refused_;
+  s.refused = impl_->refused;
   return s;
 }
 

@@ -28,13 +28,10 @@
 #include <cstdint>
 #include <memory>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/mutex.h"
-#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -92,40 +89,36 @@ class RetryBudget {
 
   RetryBudget(const RetryBudget&) = delete;
   RetryBudget& operator=(const RetryBudget&) = delete;
+  ~RetryBudget();
 
   // Counts a call's first attempt: it earns `ratio` retries.
-  void RecordFirstAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordFirstAttempt();
 
   // True, and counts the retry, when the budget allows one more retry now;
   // false (give-up reason budget_exhausted) otherwise.
-  bool TryAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
+  bool TryAcquireRetry();
 
   // Whether TryAcquireRetry would succeed now; spends and counts nothing.
   // Lets a call give up before waiting out a backoff the budget would not
   // pay for (a concurrent retry may still take the last one meanwhile).
-  bool CanAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
+  bool CanAcquireRetry();
 
-  RetryBudgetSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  RetryBudgetSnapshot Snapshot();
 
   const RetryBudgetOptions& options() const { return options_; }
 
  private:
-  RetryBudget(const RetryBudgetOptions& options, Clock* clock);
+  // The windows and the lock, defined in retry_budget.cc so that this header
+  // needs none of rpcguard's internal primitives.
+  struct State;
 
-  bool AllowsOneMoreLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RetryBudget(const RetryBudgetOptions& options, Clock* clock);
 
   const RetryBudgetOptions options_;
   Clock* const clock_;
   // The floor's share of the allowance: minRetriesPerSecond x window.
   const double floor_;
-
-  // First attempts (a; b unused), with locks of its own.
-  internal::StripedWindow first_attempts_;
-
-  internal::Mutex mu_;
-  // Granted retries (a; b unused).
-  internal::SlidingWindow retries_ ABSL_GUARDED_BY(mu_);
-  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::unique_ptr<State> impl_;
 };
 
 }  // namespace rpcguard
