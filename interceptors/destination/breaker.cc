@@ -17,12 +17,16 @@
 // particular it cannot close a breaker or free a permit of a later HALF_OPEN
 // period.
 //
-// The protocol between word_, the stripes and mu_ rests on three
-// invariants, cited by number where they are relied on:
+// The lock-free atomics (word_, open_until_ns_, refused_) live in the
+// breaker; the lock, what it guards and the striped window live in its
+// State (internal/breaker_impl.h), where the transitions are.
+//
+// The protocol between word_, the stripes and the lock (State::mu) rests on
+// three invariants, cited by number where they are relied on:
 //
 //   1. word_ (the state and generation, packed) changes only while holding
-//      mu_ and every stripe lock of window_ (NextGenerationLocked), and the
-//      stripes are cleared in the same step.
+//      State::mu and every stripe lock of State::window
+//      (NextGenerationLocked), and the stripes are cleared in the same step.
 //   2. open_until_ns_ is stored before word_ turns OPEN, and word_ is stored
 //      with release: a lock-free Admit that loads OPEN with acquire reads an
 //      open_until_ns_ at least as new as that OPEN period (OpenLocked calls
@@ -30,7 +34,8 @@
 //   3. A result is counted only if its admission's generation equals the
 //      current one, checked under the lock it is counted under: a CLOSED
 //      result under its stripe's lock (StripedWindow::AddIf), so by 1 it
-//      can never land in the next period's counts; a probe's under mu_.
+//      can never land in the next period's counts; a probe's under
+//      State::mu.
 //
 // Listeners are never called under the mutex. A transition is queued under
 // the mutex; after releasing it, the thread that caused the transition
@@ -41,11 +46,17 @@
 #include "rpcguard/destination/breaker.h"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "option_checks.h"  // private to :destination
+#include "rpcguard/internal/breaker_impl.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -183,8 +194,9 @@ CircuitBreaker::CircuitBreaker(std::string key, const BreakerOptions& options,
       clock_(clock),
       listener_(std::move(listener)),
       word_(static_cast<uint64_t>(BreakerState::kClosed)),
-      window_(options.window, options.buckets),
-      closed_since_(clock->Now()) {}
+      impl_(std::make_unique<State>(*this, clock->Now())) {}
+
+CircuitBreaker::~CircuitBreaker() = default;
 
 Admission CircuitBreaker::Admit() {
   const uint64_t word = word_.load(std::memory_order_acquire);
@@ -222,28 +234,29 @@ Admission CircuitBreaker::Admit() {
   }
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     BreakerState state = StateOf(word_.load(std::memory_order_relaxed));
-    if (state == BreakerState::kOpen && now >= open_until_) {
-      transitioned = TransitionLocked(
+    if (state == BreakerState::kOpen && now >= impl_->open_until) {
+      transitioned = impl_->TransitionLocked(
           BreakerState::kOpen, BreakerState::kHalfOpen, now,
-          absl::StrCat("open time ", absl::FormatDuration(current_open_time_),
+          absl::StrCat("open time ",
+                       absl::FormatDuration(impl_->current_open_time),
                        " elapsed"),
           /*manual=*/false);
       state = BreakerState::kHalfOpen;
     }
     if (state == BreakerState::kHalfOpen) {
-      if (probes_in_flight_ < options_.half_open_probes) {
-        ++probes_in_flight_;
-        last_probe_admitted_ = now;
+      if (impl_->probes_in_flight < options_.half_open_probes) {
+        ++impl_->probes_in_flight;
+        impl_->last_probe_admitted = now;
         admission.allowed_ = true;
         admission.probe_ = true;
-      } else if (now - last_probe_admitted_ >= options_.probe_timeout) {
+      } else if (now - impl_->last_probe_admitted >= options_.probe_timeout) {
         // Every permit has been out for probeTimeout: treat the probes as
         // failed rather than wait for reports that may never come.
-        OpenLocked(now,
-                   absl::StrCat("no probe reported within ",
-                                absl::FormatDuration(options_.probe_timeout)));
+        impl_->OpenLocked(
+            now, absl::StrCat("no probe reported within ",
+                              absl::FormatDuration(options_.probe_timeout)));
         transitioned = true;
         state = BreakerState::kOpen;
       } else {
@@ -260,7 +273,7 @@ Admission CircuitBreaker::Admit() {
         admission.next_probe_ = absl::InfiniteFuture();
         break;
       case BreakerState::kOpen:
-        admission.next_probe_ = open_until_;
+        admission.next_probe_ = impl_->open_until;
         break;
       case BreakerState::kHalfOpen:
         break;
@@ -287,22 +300,22 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
   }
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     if (GenerationOf(word_.load(std::memory_order_relaxed)) !=
         admission.generation_) {
       return;  // its HALF_OPEN period is over (invariant 3)
     }
     // Never below 0, even if a caller records one admission twice.
-    if (probes_in_flight_ > 0) --probes_in_flight_;
+    if (impl_->probes_in_flight > 0) --impl_->probes_in_flight;
     if (result == AttemptResult::kSuccess) {
-      if (++probe_successes_ >= options_.half_open_successes) {
-        transitioned = TransitionLocked(
+      if (++impl_->probe_successes >= options_.half_open_successes) {
+        transitioned = impl_->TransitionLocked(
             BreakerState::kHalfOpen, BreakerState::kClosed, now,
-            absl::StrCat(probe_successes_, " probe successes"),
+            absl::StrCat(impl_->probe_successes, " probe successes"),
             /*manual=*/false);
       }
     } else if (result == AttemptResult::kFailure) {
-      OpenLocked(now, "probe failed");
+      impl_->OpenLocked(now, "probe failed");
       transitioned = true;
     }
   }
@@ -316,118 +329,120 @@ void CircuitBreaker::RecordClosed(const Admission& admission, bool failed,
   // the counts, so a result of an ended CLOSED period can never land in the
   // next one.
   const uint32_t generation = admission.generation_;
-  const bool added = window_.AddIf(now, 1, failed ? 1 : 0, [&] {
+  const bool added = impl_->window.AddIf(now, 1, failed ? 1 : 0, [&] {
     return GenerationOf(word_.load(std::memory_order_relaxed)) == generation;
   });
   // Only a failure can raise the failure ratio.
   if (!added || !failed) return;
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  const internal::SlidingWindow::Counts counts = impl_->window.Sum(now);
   const double ratio =
       static_cast<double>(counts.b) / static_cast<double>(counts.a);
   if (counts.a < options_.min_attempts || ratio < options_.failure_ratio) {
     return;
   }
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     // Another caller may have tripped (or reset) it meanwhile.
     if (GenerationOf(word_.load(std::memory_order_relaxed)) != generation) {
       return;
     }
-    OpenLocked(now,
-               absl::StrFormat("failure ratio %.2f >= %.2f over %d attempts "
-                               "in %s",
-                               ratio, options_.failure_ratio, counts.a,
-                               absl::FormatDuration(options_.window)));
+    impl_->OpenLocked(
+        now, absl::StrFormat("failure ratio %.2f >= %.2f over %d attempts "
+                             "in %s",
+                             ratio, options_.failure_ratio, counts.a,
+                             absl::FormatDuration(options_.window)));
   }
   Deliver();
 }
 
-void CircuitBreaker::OpenLocked(absl::Time now, std::string reason) {
-  const BreakerState from = StateOf(word_.load(std::memory_order_relaxed));
+void CircuitBreaker::State::OpenLocked(absl::Time now, std::string reason) {
+  const BreakerState from =
+      StateOf(breaker.word_.load(std::memory_order_relaxed));
   if (from == BreakerState::kClosed &&
-      now - closed_since_ >= options_.healthy_period) {
-    consecutive_trips_ = 0;  // a healthy period since the last trip
+      now - closed_since >= breaker.options_.healthy_period) {
+    consecutive_trips = 0;  // a healthy period since the last trip
   }
-  absl::Duration open_time = options_.open_time;
-  for (int i = 0; i < consecutive_trips_ && open_time < options_.max_open_time;
+  absl::Duration open_time = breaker.options_.open_time;
+  for (int i = 0;
+       i < consecutive_trips && open_time < breaker.options_.max_open_time;
        ++i) {
     open_time *= 2;
   }
-  current_open_time_ = std::min(open_time, options_.max_open_time);
-  ++consecutive_trips_;
-  SetOpenUntilLocked(now + current_open_time_);
+  current_open_time = std::min(open_time, breaker.options_.max_open_time);
+  ++consecutive_trips;
+  SetOpenUntilLocked(now + current_open_time);
   const bool ok = TransitionLocked(from, BreakerState::kOpen, now,
                                    std::move(reason), /*manual=*/false);
   static_cast<void>(ok);  // only called from CLOSED and HALF_OPEN
 }
 
-bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
-                                      absl::Time now, std::string reason,
-                                      bool manual) {
-  const uint64_t word = word_.load(std::memory_order_relaxed);
+bool CircuitBreaker::State::TransitionLocked(BreakerState from, BreakerState to,
+                                             absl::Time now, std::string reason,
+                                             bool manual) {
+  const uint64_t word = breaker.word_.load(std::memory_order_relaxed);
   if (StateOf(word) != from || !internal::IsLegalTransition(from, to, manual)) {
     return false;
   }
   // Every state starts with a clean slate.
-  probes_in_flight_ = 0;
-  probe_successes_ = 0;
-  if (to == BreakerState::kClosed) closed_since_ = now;
-  if (to == BreakerState::kHalfOpen) last_probe_admitted_ = now;
+  probes_in_flight = 0;
+  probe_successes = 0;
+  if (to == BreakerState::kClosed) closed_since = now;
+  if (to == BreakerState::kHalfOpen) last_probe_admitted = now;
   NextGenerationLocked(to);
-  ++transitions_;
-  if (listener_) {
+  ++transitions;
+  if (breaker.listener_) {
     BreakerTransition t;
-    t.key = key_;
+    t.key = breaker.key_;
     t.from = from;
     t.to = to;
     t.time = now;
     t.reason = std::move(reason);
     t.manual = manual;
-    if (to == BreakerState::kOpen) t.open_time = current_open_time_;
-    t.sequence = transitions_;
-    pending_.push_back(std::move(t));
+    if (to == BreakerState::kOpen) t.open_time = current_open_time;
+    t.sequence = transitions;
+    pending.push_back(std::move(t));
   }
   return true;
 }
 
-void CircuitBreaker::SetOpenUntilLocked(absl::Time t) {
+void CircuitBreaker::State::SetOpenUntilLocked(absl::Time t) {
   // Relaxed is enough: callers store it before word_'s release store that
   // turns OPEN (invariant 2).
-  open_until_ = t;
-  open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
+  open_until = t;
+  breaker.open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
 }
 
-void CircuitBreaker::NextGenerationLocked(BreakerState state) {
-  // The only store to word_ after construction: under mu_ and every stripe
+void CircuitBreaker::State::NextGenerationLocked(BreakerState state) {
+  // The only store to word_ after construction: under mu and every stripe
   // lock, clearing the counts in the same step (invariant 1). Release, for
   // Admit's lock-free acquire load (invariant 2).
   const uint32_t generation =
-      GenerationOf(word_.load(std::memory_order_relaxed)) + 1;
-  window_.LockAll();
-  window_.ClearLocked();
-  word_.store(
+      GenerationOf(breaker.word_.load(std::memory_order_relaxed)) + 1;
+  window.LockAll();
+  window.ClearLocked();
+  breaker.word_.store(
       (static_cast<uint64_t>(generation) << 8) | static_cast<uint64_t>(state),
       std::memory_order_release);
-  window_.UnlockAll();
+  window.UnlockAll();
 }
 
 void CircuitBreaker::Deliver() {
   std::vector<BreakerTransition> batch;
   {
-    internal::MutexLock lock(&mu_);
-    if (delivering_ || pending_.empty()) return;
-    delivering_ = true;
-    batch.swap(pending_);
+    internal::MutexLock lock(&impl_->mu);
+    if (impl_->delivering || impl_->pending.empty()) return;
+    impl_->delivering = true;
+    batch.swap(impl_->pending);
   }
   while (true) {
     for (const BreakerTransition& t : batch) listener_(t);
     batch.clear();
-    internal::MutexLock lock(&mu_);
-    if (pending_.empty()) {
-      delivering_ = false;
+    internal::MutexLock lock(&impl_->mu);
+    if (impl_->pending.empty()) {
+      impl_->delivering = false;
       return;
     }
-    batch.swap(pending_);
+    batch.swap(impl_->pending);
   }
 }
 
@@ -436,21 +451,21 @@ void CircuitBreaker::ManualTransition(BreakerState to,
   const absl::Time now = clock_->Now();
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     const uint64_t word = word_.load(std::memory_order_relaxed);
     const BreakerState from = StateOf(word);
     if (to == BreakerState::kClosed) {
-      consecutive_trips_ = 0;
-      SetOpenUntilLocked(absl::InfinitePast());
+      impl_->consecutive_trips = 0;
+      impl_->SetOpenUntilLocked(absl::InfinitePast());
     }
     if (from != to) {
-      transitioned = TransitionLocked(from, to, now, std::string(reason),
-                                      /*manual=*/true);
+      transitioned = impl_->TransitionLocked(from, to, now, std::string(reason),
+                                             /*manual=*/true);
     } else if (to == BreakerState::kClosed) {
       // Reset() in CLOSED: forget the history, and the results of attempts
       // admitted before it, without a transition.
-      closed_since_ = now;
-      NextGenerationLocked(to);
+      impl_->closed_since = now;
+      impl_->NextGenerationLocked(to);
     }
   }
   if (transitioned) Deliver();
@@ -471,16 +486,16 @@ void CircuitBreaker::Reset() {
 BreakerSnapshot CircuitBreaker::Snapshot() {
   const absl::Time now = clock_->Now();
   BreakerSnapshot s;
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&impl_->mu);
   s.state = StateOf(word_.load(std::memory_order_relaxed));
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  const internal::SlidingWindow::Counts counts = impl_->window.Sum(now);
   s.window_attempts = counts.a;
   s.window_failures = counts.b;
-  s.probes_in_flight = probes_in_flight_;
-  s.probe_successes = probe_successes_;
-  s.consecutive_trips = consecutive_trips_;
-  if (s.state == BreakerState::kOpen) s.open_until = open_until_;
-  s.transitions = transitions_;
+  s.probes_in_flight = impl_->probes_in_flight;
+  s.probe_successes = impl_->probe_successes;
+  s.consecutive_trips = impl_->consecutive_trips;
+  if (s.state == BreakerState::kOpen) s.open_until = impl_->open_until;
+  s.transitions = impl_->transitions;
   s.refused = refused_.load(std::memory_order_relaxed);
   return s;
 }

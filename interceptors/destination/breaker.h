@@ -60,17 +60,13 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/decision/status_class.h"
-#include "rpcguard/internal/mutex.h"
-#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -253,19 +249,19 @@ class CircuitBreaker {
 
   CircuitBreaker(const CircuitBreaker&) = delete;
   CircuitBreaker& operator=(const CircuitBreaker&) = delete;
+  ~CircuitBreaker();
 
   // May an attempt be sent now? CLOSED and DISABLED: yes. OPEN: no, until
   // the open time has passed; then the breaker turns HALF_OPEN and this call
   // becomes its first probe. HALF_OPEN: yes, taking a probe permit, while
   // fewer than halfOpenProbes are in flight. FORCED_OPEN: no.
-  Admission Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  Admission Admit();
 
   // Records how an admitted attempt ended. Refused admissions, admissions
   // from DISABLED, and admissions from before the latest transition (their
   // state period is over) change nothing. kIgnored changes no count but
   // gives a probe's permit back.
-  void Record(const Admission& admission, AttemptResult result)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Record(const Admission& admission, AttemptResult result);
 
   // Manual control, for operators and tests. Each is a transition (seen by
   // the listener) unless the breaker is already in the target state.
@@ -273,16 +269,16 @@ class CircuitBreaker {
   // attempt and count nothing until Reset(). Reset: back to CLOSED with an
   // empty window and the open time back at openTime (from CLOSED, it only
   // clears the history).
-  void ForceOpen() ABSL_LOCKS_EXCLUDED(mu_);
-  void Disable() ABSL_LOCKS_EXCLUDED(mu_);
-  void Reset() ABSL_LOCKS_EXCLUDED(mu_);
+  void ForceOpen();
+  void Disable();
+  void Reset();
 
   // The current state; see BreakerSnapshot::state.
   BreakerState state() const {
     return StateOf(word_.load(std::memory_order_acquire));
   }
 
-  BreakerSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  BreakerSnapshot Snapshot();
 
   // The message of the UNAVAILABLE status for a refused attempt, naming the
   // key and when the next probe may go:
@@ -297,6 +293,11 @@ class CircuitBreaker {
  private:
   friend class internal::BreakerTestPeer;
 
+  // What the lock guards, the striped window of CLOSED's outcomes, and the
+  // transitions, which need both. Defined in internal/breaker_impl.h, so
+  // that this header needs none of rpcguard's internal primitives.
+  struct State;
+
   CircuitBreaker(std::string key, const BreakerOptions& options, Clock* clock,
                  BreakerListener listener);
 
@@ -309,59 +310,28 @@ class CircuitBreaker {
     return static_cast<uint32_t>(word >> 8);
   }
 
-  // The only place the state changes. Refuses (returns false, changes
-  // nothing) unless the breaker is in `from` and the edge is legal. Queues
-  // the transition for the listener.
-  bool TransitionLocked(BreakerState from, BreakerState to, absl::Time now,
-                        std::string reason, bool manual)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Record for an admission from CLOSED.
-  void RecordClosed(const Admission& admission, bool failed, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Starts a new state period: bumps the generation, stores `state`, and
-  // clears the window, as one step for RecordClosed.
-  void NextGenerationLocked(BreakerState state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetOpenUntilLocked(absl::Time t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Trips into OPEN from CLOSED or HALF_OPEN, growing the open time.
-  void OpenLocked(absl::Time now, std::string reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ManualTransition(BreakerState to, absl::string_view reason)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordClosed(const Admission& admission, bool failed, absl::Time now);
+  void ManualTransition(BreakerState to, absl::string_view reason);
   // Calls the listener for queued transitions, unless another thread is
   // already doing so (it will pick these up too).
-  void Deliver() ABSL_LOCKS_EXCLUDED(mu_);
+  void Deliver();
 
   const std::string key_;
   const BreakerOptions options_;
   Clock* const clock_;
   const BreakerListener listener_;
 
-  // Written under mu_; read without it by Admit and state().
+  // Written under the lock (State::mu); read without it by Admit and
+  // state().
   std::atomic<uint64_t> word_;
   // Admit refusals; incremented without the lock.
   std::atomic<uint64_t> refused_{0};
-  // open_until_ in Unix nanoseconds, for Admit in OPEN without the lock.
-  // Written under mu_ before word_ turns OPEN.
+  // State::open_until in Unix nanoseconds, for Admit in OPEN without the
+  // lock. Written under the lock before word_ turns OPEN.
   std::atomic<int64_t> open_until_ns_{INT64_MIN};
 
-  // CLOSED's outcomes (a: attempts, b: failures). Striped, with locks of its
-  // own, so that concurrent Records rarely meet; cleared, together with the
-  // change of word_, while holding mu_ and every stripe.
-  internal::StripedWindow window_;
-
-  mutable internal::Mutex mu_;
-  absl::Time closed_since_ ABSL_GUARDED_BY(mu_);
-  absl::Time open_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The length of the current (or last) open period.
-  absl::Duration current_open_time_ ABSL_GUARDED_BY(mu_);
-  int consecutive_trips_ ABSL_GUARDED_BY(mu_) = 0;
-  int probes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int probe_successes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time last_probe_admitted_ ABSL_GUARDED_BY(mu_);
-  uint64_t transitions_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<BreakerTransition> pending_ ABSL_GUARDED_BY(mu_);
-  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
+  const std::unique_ptr<State> impl_;
 };
 
 }  // namespace rpcguard
