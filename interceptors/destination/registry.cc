@@ -3,10 +3,18 @@
 #include "rpcguard/destination/registry.h"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 
@@ -50,6 +58,25 @@ class BreakerRegistry::Listeners {
   ListenerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
+struct BreakerRegistry::State {
+  struct Entry {
+    std::shared_ptr<CircuitBreaker> breaker;
+    std::shared_ptr<RetryBudget> budget;
+    std::shared_ptr<RetryThrottle> throttle;
+  };
+  struct Shard {
+    internal::Mutex mu;
+    absl::flat_hash_map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
+  };
+  static constexpr size_t kShards = 16;
+
+  Shard& ShardFor(absl::string_view key) {
+    return shards[absl::Hash<absl::string_view>{}(key) % kShards];
+  }
+
+  std::array<Shard, kShards> shards;
+};
+
 absl::StatusOr<std::shared_ptr<BreakerRegistry>> BreakerRegistry::Create(
     const Options& options) {
   if (absl::Status s = options.breaker.Validate(); !s.ok()) return s;
@@ -66,11 +93,10 @@ std::shared_ptr<BreakerRegistry> BreakerRegistry::Default() {
 BreakerRegistry::BreakerRegistry(const Options& options)
     : options_(options),
       clock_(options.clock == nullptr ? Clock::Real() : options.clock),
-      listeners_(std::make_shared<Listeners>()) {}
+      listeners_(std::make_shared<Listeners>()),
+      impl_(std::make_unique<State>()) {}
 
-BreakerRegistry::Shard& BreakerRegistry::ShardFor(absl::string_view key) {
-  return shards_[absl::Hash<absl::string_view>{}(key) % kShards];
-}
+BreakerRegistry::~BreakerRegistry() = default;
 
 std::shared_ptr<CircuitBreaker> BreakerRegistry::NewBreaker(
     absl::string_view key, const BreakerOptions& options) {
@@ -82,9 +108,9 @@ std::shared_ptr<CircuitBreaker> BreakerRegistry::NewBreaker(
 }
 
 std::shared_ptr<CircuitBreaker> BreakerRegistry::Get(absl::string_view key) {
-  Shard& shard = ShardFor(key);
+  State::Shard& shard = impl_->ShardFor(key);
   internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
+  State::Entry& entry = shard.entries[key];
   if (entry.breaker == nullptr)
     entry.breaker = NewBreaker(key, options_.breaker);
   return entry.breaker;
@@ -93,9 +119,9 @@ std::shared_ptr<CircuitBreaker> BreakerRegistry::Get(absl::string_view key) {
 absl::StatusOr<std::shared_ptr<CircuitBreaker>> BreakerRegistry::Get(
     absl::string_view key, const BreakerOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
+  State::Shard& shard = impl_->ShardFor(key);
   internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
+  State::Entry& entry = shard.entries[key];
   if (entry.breaker == nullptr) {
     entry.breaker = NewBreaker(key, options);
   } else if (entry.breaker->options() != options) {
@@ -106,9 +132,9 @@ absl::StatusOr<std::shared_ptr<CircuitBreaker>> BreakerRegistry::Get(
 }
 
 std::shared_ptr<RetryBudget> BreakerRegistry::GetBudget(absl::string_view key) {
-  Shard& shard = ShardFor(key);
+  State::Shard& shard = impl_->ShardFor(key);
   internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
+  State::Entry& entry = shard.entries[key];
   if (entry.budget == nullptr) {
     entry.budget = *RetryBudget::Create(options_.budget, clock_);
   }
@@ -118,9 +144,9 @@ std::shared_ptr<RetryBudget> BreakerRegistry::GetBudget(absl::string_view key) {
 absl::StatusOr<std::shared_ptr<RetryBudget>> BreakerRegistry::GetBudget(
     absl::string_view key, const RetryBudgetOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
+  State::Shard& shard = impl_->ShardFor(key);
   internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
+  State::Entry& entry = shard.entries[key];
   if (entry.budget == nullptr) {
     entry.budget = *RetryBudget::Create(options, clock_);
   } else if (entry.budget->options() != options) {
@@ -133,9 +159,9 @@ absl::StatusOr<std::shared_ptr<RetryBudget>> BreakerRegistry::GetBudget(
 absl::StatusOr<std::shared_ptr<RetryThrottle>> BreakerRegistry::GetThrottle(
     absl::string_view key, const RetryThrottleOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
+  State::Shard& shard = impl_->ShardFor(key);
   internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
+  State::Entry& entry = shard.entries[key];
   if (entry.throttle == nullptr || entry.throttle->options() != options) {
     entry.throttle = *RetryThrottle::Create(options, entry.throttle.get());
   }
@@ -154,7 +180,7 @@ void BreakerRegistry::RemoveTransitionListener(ListenerId id) {
 std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>>
 BreakerRegistry::Breakers() const {
   std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>> out;
-  for (const Shard& shard : shards_) {
+  for (State::Shard& shard : impl_->shards) {
     internal::MutexLock lock(&shard.mu);
     for (const auto& [key, entry] : shard.entries) {
       if (entry.breaker != nullptr) out.emplace_back(key, entry.breaker);

@@ -8,22 +8,18 @@
 #ifndef RPCGUARD_DESTINATION_REGISTRY_H_
 #define RPCGUARD_DESTINATION_REGISTRY_H_
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
-#include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 
@@ -55,6 +51,10 @@ class BreakerRegistry {
   // The process-wide registry (default options, real clock), used when a
   // channel is given none. Never null, never destroyed.
   static std::shared_ptr<BreakerRegistry> Default();
+
+  BreakerRegistry(const BreakerRegistry&) = delete;
+  BreakerRegistry& operator=(const BreakerRegistry&) = delete;
+  ~BreakerRegistry();
 
   // The breaker for `key`, created with the registry's options on first use.
   // Never null.
@@ -101,26 +101,18 @@ class BreakerRegistry {
 
  private:
   class Listeners;
-  struct Entry {
-    std::shared_ptr<CircuitBreaker> breaker;
-    std::shared_ptr<RetryBudget> budget;
-    std::shared_ptr<RetryThrottle> throttle;
-  };
-  struct Shard {
-    mutable internal::Mutex mu;
-    absl::flat_hash_map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
-  };
-  static constexpr size_t kShards = 16;
+  // The entries, in shards with a lock each; defined in registry.cc, so that
+  // this header needs none of rpcguard's internal primitives.
+  struct State;
 
   explicit BreakerRegistry(const Options& options);
-  Shard& ShardFor(absl::string_view key);
   std::shared_ptr<CircuitBreaker> NewBreaker(absl::string_view key,
                                              const BreakerOptions& options);
 
   const Options options_;
   Clock* const clock_;
   const std::shared_ptr<Listeners> listeners_;
-  std::array<Shard, kShards> shards_;
+  const std::unique_ptr<State> impl_;
 };
 
 }  // namespace rpcguard
