@@ -11,7 +11,9 @@
 
 #include "benchmark/benchmark.h"
 #include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/registry.h"
 #include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/destination/retry_throttle.h"
 
 namespace rpcguard {
 namespace {

@@ -18,17 +18,18 @@
 
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
-#include "rpcguard/destination/breaker.h"
+#include "proto/rpcguard/testing/v1/fault.pb.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/config.h"
-#include "rpcguard/internal/method_cache.h"
 #include "rpcguard/decision/policy.h"
-#include "rpcguard/random.h"
-#include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/decision/status_class.h"
-#include "proto/rpcguard/testing/v1/fault.pb.h"
+#include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/registry.h"
+#include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/internal/method_cache.h"
+#include "rpcguard/random.h"
 
 namespace rpcguard {
 namespace {

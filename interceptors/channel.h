@@ -42,7 +42,7 @@
 #include "absl/status/statusor.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/config.h"
-#include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/registry.h"
 #include "rpcguard/observability/stats.h"
 #include "rpcguard/observability/trace.h"
 #include "rpcguard/random.h"

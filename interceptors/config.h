@@ -59,6 +59,7 @@
 #include "rpcguard/decision/policy.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/destination/retry_throttle.h"
 
 namespace rpcguard {
 

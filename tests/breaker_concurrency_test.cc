@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/registry.h"
 
 namespace rpcguard {
 namespace {

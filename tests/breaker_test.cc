@@ -17,6 +17,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpcguard/decision/status_class.h"
+#include "rpcguard/destination/registry.h"
+#include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/destination/retry_throttle.h"
 #include "tests/testing/breaker_test_peer.h"
 #include "tests/testing/fake_clock.h"
 

@@ -17,6 +17,7 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "rpcguard/destination/retry_throttle.h"
 #include "tests/testing/fake_clock.h"
 
 namespace rpcguard {

@@ -41,6 +41,7 @@
 #include "rpcguard/decision/status_class.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/destination/retry_throttle.h"
 
 namespace rpcguard {
 

@@ -17,12 +17,16 @@
 // particular it cannot close a breaker or free a permit of a later HALF_OPEN
 // period.
 //
-// The protocol between word_, the stripes and mu_ rests on three
-// invariants, cited by number where they are relied on:
+// The lock-free atomics (word_, open_until_ns_, refused_) live in the
+// breaker; the lock, what it guards and the striped window live in its
+// State (internal/breaker_impl.h), where the transitions are.
+//
+// The protocol between word_, the stripes and the lock (State::mu) rests on
+// three invariants, cited by number where they are relied on:
 //
 //   1. word_ (the state and generation, packed) changes only while holding
-//      mu_ and every stripe lock of window_ (NextGenerationLocked), and the
-//      stripes are cleared in the same step.
+//      State::mu and every stripe lock of State::window
+//      (NextGenerationLocked), and the stripes are cleared in the same step.
 //   2. open_until_ns_ is stored before word_ turns OPEN, and word_ is stored
 //      with release: a lock-free Admit that loads OPEN with acquire reads an
 //      open_until_ns_ at least as new as that OPEN period (OpenLocked calls
@@ -30,7 +34,8 @@
 //   3. A result is counted only if its admission's generation equals the
 //      current one, checked under the lock it is counted under: a CLOSED
 //      result under its stripe's lock (StripedWindow::AddIf), so by 1 it
-//      can never land in the next period's counts; a probe's under mu_.
+//      can never land in the next period's counts; a probe's under
+//      State::mu.
 //
 // Listeners are never called under the mutex. A transition is queued under
 // the mutex; after releasing it, the thread that caused the transition
@@ -41,32 +46,22 @@
 #include "rpcguard/destination/breaker.h"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "option_checks.h"  // private to :destination
+#include "rpcguard/internal/breaker_impl.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
-namespace {
 
-// Bucket widths below this make no sense for a clock read per call.
-constexpr absl::Duration kMinBucketWidth = absl::Milliseconds(1);
-constexpr int kMaxBuckets = 1000;
-
-absl::Status Invalid(absl::string_view field, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-}
-
-// Checks a duration option: finite and greater than 0.
-absl::Status CheckPositive(absl::string_view field, absl::Duration d) {
-  if (d <= absl::ZeroDuration())
-    return Invalid(field, "must be greater than 0");
-  if (d == absl::InfiniteDuration()) return Invalid(field, "must be finite");
-  return absl::OkStatus();
-}
-
-}  // namespace
+using internal::CheckPositiveDuration;
+using internal::InvalidOption;
 
 absl::string_view BreakerStateName(BreakerState state) {
   switch (state) {
@@ -107,48 +102,45 @@ AttemptResult AttemptResultFor(StatusClass status_class,
 }
 
 absl::Status BreakerOptions::Validate() const {
-  if (absl::Status s = CheckPositive("circuitBreaker.window", window);
+  if (absl::Status s = internal::CheckWindow("circuitBreaker", window, buckets);
       !s.ok()) {
     return s;
   }
-  if (buckets < 1 || buckets > kMaxBuckets) {
-    return Invalid("circuitBreaker.buckets",
-                   absl::StrCat("must be in [1, ", kMaxBuckets, "]"));
-  }
-  if (window / buckets < kMinBucketWidth) {
-    return Invalid("circuitBreaker.window", "must be at least 1ms per bucket");
-  }
   if (!(failure_ratio > 0 && failure_ratio <= 1)) {
-    return Invalid("circuitBreaker.failureRatio", "must be in (0, 1]");
+    return InvalidOption("circuitBreaker.failureRatio", "must be in (0, 1]");
   }
   if (min_attempts < 1) {
-    return Invalid("circuitBreaker.minAttempts", "must be at least 1");
+    return InvalidOption("circuitBreaker.minAttempts", "must be at least 1");
   }
-  if (absl::Status s = CheckPositive("circuitBreaker.openTime", open_time);
+  if (absl::Status s =
+          CheckPositiveDuration("circuitBreaker.openTime", open_time);
       !s.ok()) {
     return s;
   }
   if (absl::Status s =
-          CheckPositive("circuitBreaker.maxOpenTime", max_open_time);
+          CheckPositiveDuration("circuitBreaker.maxOpenTime", max_open_time);
       !s.ok()) {
     return s;
   }
   if (max_open_time < open_time) {
-    return Invalid("circuitBreaker.maxOpenTime", "must be at least openTime");
+    return InvalidOption("circuitBreaker.maxOpenTime",
+                         "must be at least openTime");
   }
   if (healthy_period < absl::ZeroDuration()) {
-    return Invalid("circuitBreaker.healthyPeriod", "must not be negative");
+    return InvalidOption("circuitBreaker.healthyPeriod",
+                         "must not be negative");
   }
   if (healthy_period == absl::InfiniteDuration()) {
-    return Invalid("circuitBreaker.healthyPeriod", "must be finite");
+    return InvalidOption("circuitBreaker.healthyPeriod", "must be finite");
   }
   if (half_open_probes < 1) {
-    return Invalid("circuitBreaker.halfOpenProbes", "must be at least 1");
+    return InvalidOption("circuitBreaker.halfOpenProbes", "must be at least 1");
   }
   if (half_open_successes < 1) {
-    return Invalid("circuitBreaker.halfOpenSuccesses", "must be at least 1");
+    return InvalidOption("circuitBreaker.halfOpenSuccesses",
+                         "must be at least 1");
   }
-  return CheckPositive("circuitBreaker.probeTimeout", probe_timeout);
+  return CheckPositiveDuration("circuitBreaker.probeTimeout", probe_timeout);
 }
 
 bool BreakerOptions::operator==(const BreakerOptions& o) const {
@@ -186,9 +178,6 @@ bool IsLegalTransition(BreakerState from, BreakerState to, bool manual) {
 
 }  // namespace internal
 
-// ---------------------------------------------------------------------------
-// CircuitBreaker
-
 absl::StatusOr<std::shared_ptr<CircuitBreaker>> CircuitBreaker::Create(
     std::string key, const BreakerOptions& options, Clock* clock,
     BreakerListener listener) {
@@ -205,8 +194,9 @@ CircuitBreaker::CircuitBreaker(std::string key, const BreakerOptions& options,
       clock_(clock),
       listener_(std::move(listener)),
       word_(static_cast<uint64_t>(BreakerState::kClosed)),
-      window_(options.window, options.buckets),
-      closed_since_(clock->Now()) {}
+      impl_(std::make_unique<State>(*this, clock->Now())) {}
+
+CircuitBreaker::~CircuitBreaker() = default;
 
 Admission CircuitBreaker::Admit() {
   const uint64_t word = word_.load(std::memory_order_acquire);
@@ -244,28 +234,29 @@ Admission CircuitBreaker::Admit() {
   }
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     BreakerState state = StateOf(word_.load(std::memory_order_relaxed));
-    if (state == BreakerState::kOpen && now >= open_until_) {
-      transitioned = TransitionLocked(
+    if (state == BreakerState::kOpen && now >= impl_->open_until) {
+      transitioned = impl_->TransitionLocked(
           BreakerState::kOpen, BreakerState::kHalfOpen, now,
-          absl::StrCat("open time ", absl::FormatDuration(current_open_time_),
+          absl::StrCat("open time ",
+                       absl::FormatDuration(impl_->current_open_time),
                        " elapsed"),
           /*manual=*/false);
       state = BreakerState::kHalfOpen;
     }
     if (state == BreakerState::kHalfOpen) {
-      if (probes_in_flight_ < options_.half_open_probes) {
-        ++probes_in_flight_;
-        last_probe_admitted_ = now;
+      if (impl_->probes_in_flight < options_.half_open_probes) {
+        ++impl_->probes_in_flight;
+        impl_->last_probe_admitted = now;
         admission.allowed_ = true;
         admission.probe_ = true;
-      } else if (now - last_probe_admitted_ >= options_.probe_timeout) {
+      } else if (now - impl_->last_probe_admitted >= options_.probe_timeout) {
         // Every permit has been out for probeTimeout: treat the probes as
         // failed rather than wait for reports that may never come.
-        OpenLocked(now,
-                   absl::StrCat("no probe reported within ",
-                                absl::FormatDuration(options_.probe_timeout)));
+        impl_->OpenLocked(
+            now, absl::StrCat("no probe reported within ",
+                              absl::FormatDuration(options_.probe_timeout)));
         transitioned = true;
         state = BreakerState::kOpen;
       } else {
@@ -282,7 +273,7 @@ Admission CircuitBreaker::Admit() {
         admission.next_probe_ = absl::InfiniteFuture();
         break;
       case BreakerState::kOpen:
-        admission.next_probe_ = open_until_;
+        admission.next_probe_ = impl_->open_until;
         break;
       case BreakerState::kHalfOpen:
         break;
@@ -309,22 +300,22 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
   }
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     if (GenerationOf(word_.load(std::memory_order_relaxed)) !=
         admission.generation_) {
       return;  // its HALF_OPEN period is over (invariant 3)
     }
     // Never below 0, even if a caller records one admission twice.
-    if (probes_in_flight_ > 0) --probes_in_flight_;
+    if (impl_->probes_in_flight > 0) --impl_->probes_in_flight;
     if (result == AttemptResult::kSuccess) {
-      if (++probe_successes_ >= options_.half_open_successes) {
-        transitioned = TransitionLocked(
+      if (++impl_->probe_successes >= options_.half_open_successes) {
+        transitioned = impl_->TransitionLocked(
             BreakerState::kHalfOpen, BreakerState::kClosed, now,
-            absl::StrCat(probe_successes_, " probe successes"),
+            absl::StrCat(impl_->probe_successes, " probe successes"),
             /*manual=*/false);
       }
     } else if (result == AttemptResult::kFailure) {
-      OpenLocked(now, "probe failed");
+      impl_->OpenLocked(now, "probe failed");
       transitioned = true;
     }
   }
@@ -338,118 +329,120 @@ void CircuitBreaker::RecordClosed(const Admission& admission, bool failed,
   // the counts, so a result of an ended CLOSED period can never land in the
   // next one.
   const uint32_t generation = admission.generation_;
-  const bool added = window_.AddIf(now, 1, failed ? 1 : 0, [&] {
+  const bool added = impl_->window.AddIf(now, 1, failed ? 1 : 0, [&] {
     return GenerationOf(word_.load(std::memory_order_relaxed)) == generation;
   });
   // Only a failure can raise the failure ratio.
   if (!added || !failed) return;
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  const internal::SlidingWindow::Counts counts = impl_->window.Sum(now);
   const double ratio =
       static_cast<double>(counts.b) / static_cast<double>(counts.a);
   if (counts.a < options_.min_attempts || ratio < options_.failure_ratio) {
     return;
   }
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     // Another caller may have tripped (or reset) it meanwhile.
     if (GenerationOf(word_.load(std::memory_order_relaxed)) != generation) {
       return;
     }
-    OpenLocked(now,
-               absl::StrFormat("failure ratio %.2f >= %.2f over %d attempts "
-                               "in %s",
-                               ratio, options_.failure_ratio, counts.a,
-                               absl::FormatDuration(options_.window)));
+    impl_->OpenLocked(
+        now, absl::StrFormat("failure ratio %.2f >= %.2f over %d attempts "
+                             "in %s",
+                             ratio, options_.failure_ratio, counts.a,
+                             absl::FormatDuration(options_.window)));
   }
   Deliver();
 }
 
-void CircuitBreaker::OpenLocked(absl::Time now, std::string reason) {
-  const BreakerState from = StateOf(word_.load(std::memory_order_relaxed));
+void CircuitBreaker::State::OpenLocked(absl::Time now, std::string reason) {
+  const BreakerState from =
+      StateOf(breaker.word_.load(std::memory_order_relaxed));
   if (from == BreakerState::kClosed &&
-      now - closed_since_ >= options_.healthy_period) {
-    consecutive_trips_ = 0;  // a healthy period since the last trip
+      now - closed_since >= breaker.options_.healthy_period) {
+    consecutive_trips = 0;  // a healthy period since the last trip
   }
-  absl::Duration open_time = options_.open_time;
-  for (int i = 0; i < consecutive_trips_ && open_time < options_.max_open_time;
+  absl::Duration open_time = breaker.options_.open_time;
+  for (int i = 0;
+       i < consecutive_trips && open_time < breaker.options_.max_open_time;
        ++i) {
     open_time *= 2;
   }
-  current_open_time_ = std::min(open_time, options_.max_open_time);
-  ++consecutive_trips_;
-  SetOpenUntilLocked(now + current_open_time_);
+  current_open_time = std::min(open_time, breaker.options_.max_open_time);
+  ++consecutive_trips;
+  SetOpenUntilLocked(now + current_open_time);
   const bool ok = TransitionLocked(from, BreakerState::kOpen, now,
                                    std::move(reason), /*manual=*/false);
   static_cast<void>(ok);  // only called from CLOSED and HALF_OPEN
 }
 
-bool CircuitBreaker::TransitionLocked(BreakerState from, BreakerState to,
-                                      absl::Time now, std::string reason,
-                                      bool manual) {
-  const uint64_t word = word_.load(std::memory_order_relaxed);
+bool CircuitBreaker::State::TransitionLocked(BreakerState from, BreakerState to,
+                                             absl::Time now, std::string reason,
+                                             bool manual) {
+  const uint64_t word = breaker.word_.load(std::memory_order_relaxed);
   if (StateOf(word) != from || !internal::IsLegalTransition(from, to, manual)) {
     return false;
   }
   // Every state starts with a clean slate.
-  probes_in_flight_ = 0;
-  probe_successes_ = 0;
-  if (to == BreakerState::kClosed) closed_since_ = now;
-  if (to == BreakerState::kHalfOpen) last_probe_admitted_ = now;
+  probes_in_flight = 0;
+  probe_successes = 0;
+  if (to == BreakerState::kClosed) closed_since = now;
+  if (to == BreakerState::kHalfOpen) last_probe_admitted = now;
   NextGenerationLocked(to);
-  ++transitions_;
-  if (listener_) {
+  ++transitions;
+  if (breaker.listener_) {
     BreakerTransition t;
-    t.key = key_;
+    t.key = breaker.key_;
     t.from = from;
     t.to = to;
     t.time = now;
     t.reason = std::move(reason);
     t.manual = manual;
-    if (to == BreakerState::kOpen) t.open_time = current_open_time_;
-    t.sequence = transitions_;
-    pending_.push_back(std::move(t));
+    if (to == BreakerState::kOpen) t.open_time = current_open_time;
+    t.sequence = transitions;
+    pending.push_back(std::move(t));
   }
   return true;
 }
 
-void CircuitBreaker::SetOpenUntilLocked(absl::Time t) {
+void CircuitBreaker::State::SetOpenUntilLocked(absl::Time t) {
   // Relaxed is enough: callers store it before word_'s release store that
   // turns OPEN (invariant 2).
-  open_until_ = t;
-  open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
+  open_until = t;
+  breaker.open_until_ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
 }
 
-void CircuitBreaker::NextGenerationLocked(BreakerState state) {
-  // The only store to word_ after construction: under mu_ and every stripe
+void CircuitBreaker::State::NextGenerationLocked(BreakerState state) {
+  // The only store to word_ after construction: under mu and every stripe
   // lock, clearing the counts in the same step (invariant 1). Release, for
   // Admit's lock-free acquire load (invariant 2).
   const uint32_t generation =
-      GenerationOf(word_.load(std::memory_order_relaxed)) + 1;
-  window_.LockAll();
-  window_.ClearLocked();
-  word_.store(
+      GenerationOf(breaker.word_.load(std::memory_order_relaxed)) + 1;
+  window.LockAll();
+  window.ClearLocked();
+  breaker.word_.store(
       (static_cast<uint64_t>(generation) << 8) | static_cast<uint64_t>(state),
       std::memory_order_release);
-  window_.UnlockAll();
+  window.UnlockAll();
 }
 
 void CircuitBreaker::Deliver() {
   std::vector<BreakerTransition> batch;
   {
-    internal::MutexLock lock(&mu_);
-    if (delivering_ || pending_.empty()) return;
-    delivering_ = true;
-    batch.swap(pending_);
+    internal::MutexLock lock(&impl_->mu);
+    if (impl_->delivering || impl_->pending.empty()) return;
+    impl_->delivering = true;
+    batch.swap(impl_->pending);
   }
   while (true) {
     for (const BreakerTransition& t : batch) listener_(t);
     batch.clear();
-    internal::MutexLock lock(&mu_);
-    if (pending_.empty()) {
-      delivering_ = false;
+    internal::MutexLock lock(&impl_->mu);
+    if (impl_->pending.empty()) {
+      impl_->delivering = false;
       return;
     }
-    batch.swap(pending_);
+    batch.swap(impl_->pending);
   }
 }
 
@@ -458,21 +451,21 @@ void CircuitBreaker::ManualTransition(BreakerState to,
   const absl::Time now = clock_->Now();
   bool transitioned = false;
   {
-    internal::MutexLock lock(&mu_);
+    internal::MutexLock lock(&impl_->mu);
     const uint64_t word = word_.load(std::memory_order_relaxed);
     const BreakerState from = StateOf(word);
     if (to == BreakerState::kClosed) {
-      consecutive_trips_ = 0;
-      SetOpenUntilLocked(absl::InfinitePast());
+      impl_->consecutive_trips = 0;
+      impl_->SetOpenUntilLocked(absl::InfinitePast());
     }
     if (from != to) {
-      transitioned = TransitionLocked(from, to, now, std::string(reason),
-                                      /*manual=*/true);
+      transitioned = impl_->TransitionLocked(from, to, now, std::string(reason),
+                                             /*manual=*/true);
     } else if (to == BreakerState::kClosed) {
       // Reset() in CLOSED: forget the history, and the results of attempts
       // admitted before it, without a transition.
-      closed_since_ = now;
-      NextGenerationLocked(to);
+      impl_->closed_since = now;
+      impl_->NextGenerationLocked(to);
     }
   }
   if (transitioned) Deliver();
@@ -493,16 +486,16 @@ void CircuitBreaker::Reset() {
 BreakerSnapshot CircuitBreaker::Snapshot() {
   const absl::Time now = clock_->Now();
   BreakerSnapshot s;
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&impl_->mu);
   s.state = StateOf(word_.load(std::memory_order_relaxed));
-  const internal::SlidingWindow::Counts counts = window_.Sum(now);
+  const internal::SlidingWindow::Counts counts = impl_->window.Sum(now);
   s.window_attempts = counts.a;
   s.window_failures = counts.b;
-  s.probes_in_flight = probes_in_flight_;
-  s.probe_successes = probe_successes_;
-  s.consecutive_trips = consecutive_trips_;
-  if (s.state == BreakerState::kOpen) s.open_until = open_until_;
-  s.transitions = transitions_;
+  s.probes_in_flight = impl_->probes_in_flight;
+  s.probe_successes = impl_->probe_successes;
+  s.consecutive_trips = impl_->consecutive_trips;
+  if (s.state == BreakerState::kOpen) s.open_until = impl_->open_until;
+  s.transitions = impl_->transitions;
   s.refused = refused_.load(std::memory_order_relaxed);
   return s;
 }
@@ -527,164 +520,6 @@ std::string CircuitBreaker::RefusalMessage(const Admission& admission) const {
       break;
   }
   return head;
-}
-
-// ---------------------------------------------------------------------------
-// BreakerRegistry
-
-// The registry's listeners, shared with its breakers (which may outlive it).
-// Copy-on-write: Notify takes the lock only to copy a pointer, and calls the
-// listeners without it.
-class BreakerRegistry::Listeners {
- public:
-  ListenerId Add(BreakerListener listener) {
-    internal::MutexLock lock(&mu_);
-    auto next = std::make_shared<List>(*list_);
-    const ListenerId id = next_id_++;
-    next->emplace_back(id, std::move(listener));
-    list_ = std::move(next);
-    return id;
-  }
-
-  void Remove(ListenerId id) {
-    internal::MutexLock lock(&mu_);
-    auto next = std::make_shared<List>(*list_);
-    next->erase(std::remove_if(next->begin(), next->end(),
-                               [id](const auto& l) { return l.first == id; }),
-                next->end());
-    list_ = std::move(next);
-  }
-
-  void Notify(const BreakerTransition& transition) {
-    std::shared_ptr<const List> list;
-    {
-      internal::MutexLock lock(&mu_);
-      list = list_;
-    }
-    for (const auto& l : *list) l.second(transition);
-  }
-
- private:
-  using List = std::vector<std::pair<ListenerId, BreakerListener>>;
-  internal::Mutex mu_;
-  std::shared_ptr<const List> list_ ABSL_GUARDED_BY(mu_) =
-      std::make_shared<const List>();
-  ListenerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-};
-
-absl::StatusOr<std::shared_ptr<BreakerRegistry>> BreakerRegistry::Create(
-    const Options& options) {
-  if (absl::Status s = options.breaker.Validate(); !s.ok()) return s;
-  if (absl::Status s = options.budget.Validate(); !s.ok()) return s;
-  return std::shared_ptr<BreakerRegistry>(new BreakerRegistry(options));
-}
-
-std::shared_ptr<BreakerRegistry> BreakerRegistry::Default() {
-  static const auto* registry =
-      new std::shared_ptr<BreakerRegistry>(new BreakerRegistry(Options{}));
-  return *registry;
-}
-
-BreakerRegistry::BreakerRegistry(const Options& options)
-    : options_(options),
-      clock_(options.clock == nullptr ? Clock::Real() : options.clock),
-      listeners_(std::make_shared<Listeners>()) {}
-
-BreakerRegistry::Shard& BreakerRegistry::ShardFor(absl::string_view key) {
-  return shards_[absl::Hash<absl::string_view>{}(key) % kShards];
-}
-
-std::shared_ptr<CircuitBreaker> BreakerRegistry::NewBreaker(
-    absl::string_view key, const BreakerOptions& options) {
-  std::shared_ptr<Listeners> listeners = listeners_;
-  // Cannot fail: the caller validated the options.
-  return *CircuitBreaker::Create(
-      std::string(key), options, clock_,
-      [listeners](const BreakerTransition& t) { listeners->Notify(t); });
-}
-
-std::shared_ptr<CircuitBreaker> BreakerRegistry::Get(absl::string_view key) {
-  Shard& shard = ShardFor(key);
-  internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
-  if (entry.breaker == nullptr)
-    entry.breaker = NewBreaker(key, options_.breaker);
-  return entry.breaker;
-}
-
-absl::StatusOr<std::shared_ptr<CircuitBreaker>> BreakerRegistry::Get(
-    absl::string_view key, const BreakerOptions& options) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
-  internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
-  if (entry.breaker == nullptr) {
-    entry.breaker = NewBreaker(key, options);
-  } else if (entry.breaker->options() != options) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "circuit breaker \"", key, "\" already exists with other options"));
-  }
-  return entry.breaker;
-}
-
-std::shared_ptr<RetryBudget> BreakerRegistry::GetBudget(absl::string_view key) {
-  Shard& shard = ShardFor(key);
-  internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
-  if (entry.budget == nullptr) {
-    entry.budget = *RetryBudget::Create(options_.budget, clock_);
-  }
-  return entry.budget;
-}
-
-absl::StatusOr<std::shared_ptr<RetryBudget>> BreakerRegistry::GetBudget(
-    absl::string_view key, const RetryBudgetOptions& options) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
-  internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
-  if (entry.budget == nullptr) {
-    entry.budget = *RetryBudget::Create(options, clock_);
-  } else if (entry.budget->options() != options) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "retry budget \"", key, "\" already exists with other options"));
-  }
-  return entry.budget;
-}
-
-absl::StatusOr<std::shared_ptr<RetryThrottle>> BreakerRegistry::GetThrottle(
-    absl::string_view key, const RetryThrottleOptions& options) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
-  Shard& shard = ShardFor(key);
-  internal::MutexLock lock(&shard.mu);
-  Entry& entry = shard.entries[key];
-  if (entry.throttle == nullptr || entry.throttle->options() != options) {
-    entry.throttle = *RetryThrottle::Create(options, entry.throttle.get());
-  }
-  return entry.throttle;
-}
-
-BreakerRegistry::ListenerId BreakerRegistry::AddTransitionListener(
-    BreakerListener listener) {
-  return listeners_->Add(std::move(listener));
-}
-
-void BreakerRegistry::RemoveTransitionListener(ListenerId id) {
-  listeners_->Remove(id);
-}
-
-std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>>
-BreakerRegistry::Breakers() const {
-  std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>> out;
-  for (const Shard& shard : shards_) {
-    internal::MutexLock lock(&shard.mu);
-    for (const auto& [key, entry] : shard.entries) {
-      if (entry.breaker != nullptr) out.emplace_back(key, entry.breaker);
-    }
-  }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  return out;
 }
 
 }  // namespace rpcguard

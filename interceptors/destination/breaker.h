@@ -1,10 +1,10 @@
 // Copyright rpcguard authors.
 //
 // CircuitBreaker: stops sending attempts to a destination that is failing,
-// and lets a few probes find out when it has recovered. BreakerRegistry: the
-// breakers (and retry budgets, see retry_budget.h) of a process, one per key,
-// shared by every channel that uses the same key, so that all clients of one
-// destination learn together.
+// and lets a few probes find out when it has recovered. BreakerRegistry
+// (registry.h) keeps a process's breakers, one per key, shared by every
+// channel that uses the same key, so that all clients of one destination
+// learn together.
 //
 // States:
 //
@@ -46,7 +46,7 @@
 //   }
 //   ...send the attempt...
 //   breaker->Record(a, AttemptResultFor(status_class, outcome));
-//   ...A6 throttle, if configured: see retry_budget.h...
+//   ...A6 throttle, if configured: see retry_throttle.h...
 //
 // Every allowed Admission must be recorded exactly once (kIgnored when the
 // attempt was never sent); a lost HALF_OPEN probe is reclaimed only after
@@ -55,25 +55,17 @@
 #ifndef RPCGUARD_DESTINATION_BREAKER_H_
 #define RPCGUARD_DESTINATION_BREAKER_H_
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/mutex.h"
-#include "rpcguard/destination/retry_budget.h"
-#include "rpcguard/internal/sliding_window.h"
 #include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
@@ -257,19 +249,19 @@ class CircuitBreaker {
 
   CircuitBreaker(const CircuitBreaker&) = delete;
   CircuitBreaker& operator=(const CircuitBreaker&) = delete;
+  ~CircuitBreaker();
 
   // May an attempt be sent now? CLOSED and DISABLED: yes. OPEN: no, until
   // the open time has passed; then the breaker turns HALF_OPEN and this call
   // becomes its first probe. HALF_OPEN: yes, taking a probe permit, while
   // fewer than halfOpenProbes are in flight. FORCED_OPEN: no.
-  Admission Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  Admission Admit();
 
   // Records how an admitted attempt ended. Refused admissions, admissions
   // from DISABLED, and admissions from before the latest transition (their
   // state period is over) change nothing. kIgnored changes no count but
   // gives a probe's permit back.
-  void Record(const Admission& admission, AttemptResult result)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Record(const Admission& admission, AttemptResult result);
 
   // Manual control, for operators and tests. Each is a transition (seen by
   // the listener) unless the breaker is already in the target state.
@@ -277,16 +269,16 @@ class CircuitBreaker {
   // attempt and count nothing until Reset(). Reset: back to CLOSED with an
   // empty window and the open time back at openTime (from CLOSED, it only
   // clears the history).
-  void ForceOpen() ABSL_LOCKS_EXCLUDED(mu_);
-  void Disable() ABSL_LOCKS_EXCLUDED(mu_);
-  void Reset() ABSL_LOCKS_EXCLUDED(mu_);
+  void ForceOpen();
+  void Disable();
+  void Reset();
 
   // The current state; see BreakerSnapshot::state.
   BreakerState state() const {
     return StateOf(word_.load(std::memory_order_acquire));
   }
 
-  BreakerSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  BreakerSnapshot Snapshot();
 
   // The message of the UNAVAILABLE status for a refused attempt, naming the
   // key and when the next probe may go:
@@ -301,6 +293,11 @@ class CircuitBreaker {
  private:
   friend class internal::BreakerTestPeer;
 
+  // What the lock guards, the striped window of CLOSED's outcomes, and the
+  // transitions, which need both. Defined in internal/breaker_impl.h, so
+  // that this header needs none of rpcguard's internal primitives.
+  struct State;
+
   CircuitBreaker(std::string key, const BreakerOptions& options, Clock* clock,
                  BreakerListener listener);
 
@@ -313,155 +310,28 @@ class CircuitBreaker {
     return static_cast<uint32_t>(word >> 8);
   }
 
-  // The only place the state changes. Refuses (returns false, changes
-  // nothing) unless the breaker is in `from` and the edge is legal. Queues
-  // the transition for the listener.
-  bool TransitionLocked(BreakerState from, BreakerState to, absl::Time now,
-                        std::string reason, bool manual)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Record for an admission from CLOSED.
-  void RecordClosed(const Admission& admission, bool failed, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Starts a new state period: bumps the generation, stores `state`, and
-  // clears the window, as one step for RecordClosed.
-  void NextGenerationLocked(BreakerState state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetOpenUntilLocked(absl::Time t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Trips into OPEN from CLOSED or HALF_OPEN, growing the open time.
-  void OpenLocked(absl::Time now, std::string reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ManualTransition(BreakerState to, absl::string_view reason)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordClosed(const Admission& admission, bool failed, absl::Time now);
+  void ManualTransition(BreakerState to, absl::string_view reason);
   // Calls the listener for queued transitions, unless another thread is
   // already doing so (it will pick these up too).
-  void Deliver() ABSL_LOCKS_EXCLUDED(mu_);
+  void Deliver();
 
   const std::string key_;
   const BreakerOptions options_;
   Clock* const clock_;
   const BreakerListener listener_;
 
-  // Written under mu_; read without it by Admit and state().
+  // Written under the lock (State::mu); read without it by Admit and
+  // state().
   std::atomic<uint64_t> word_;
   // Admit refusals; incremented without the lock.
   std::atomic<uint64_t> refused_{0};
-  // open_until_ in Unix nanoseconds, for Admit in OPEN without the lock.
-  // Written under mu_ before word_ turns OPEN.
+  // State::open_until in Unix nanoseconds, for Admit in OPEN without the
+  // lock. Written under the lock before word_ turns OPEN.
   std::atomic<int64_t> open_until_ns_{INT64_MIN};
 
-  // CLOSED's outcomes (a: attempts, b: failures). Striped, with locks of its
-  // own, so that concurrent Records rarely meet; cleared, together with the
-  // change of word_, while holding mu_ and every stripe.
-  internal::StripedWindow window_;
-
-  mutable internal::Mutex mu_;
-  absl::Time closed_since_ ABSL_GUARDED_BY(mu_);
-  absl::Time open_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The length of the current (or last) open period.
-  absl::Duration current_open_time_ ABSL_GUARDED_BY(mu_);
-  int consecutive_trips_ ABSL_GUARDED_BY(mu_) = 0;
-  int probes_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int probe_successes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time last_probe_admitted_ ABSL_GUARDED_BY(mu_);
-  uint64_t transitions_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<BreakerTransition> pending_ ABSL_GUARDED_BY(mu_);
-  bool delivering_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// The process's breakers, budgets and A6 throttles, one of each per key,
-// created on first use. The key is the caller's choice: the channel target
-// ("dns:///db:443") shares state among every channel to that destination;
-// target + "/" + service separates the services behind one target.
-//
-// Thread-safe. Keys are spread over 16 shards, each with its own mutex held
-// only for a hash lookup (and, the first time, a construction), so lookups
-// of different keys rarely wait for each other. The interceptor is meant to
-// look a key up once per channel (and method) and keep the shared_ptr, so
-// lookups are not on the per-call path anyway. Entries live as long as the
-// registry.
-class BreakerRegistry {
- public:
-  struct Options {
-    // For keys looked up without options of their own.
-    BreakerOptions breaker;
-    RetryBudgetOptions budget;
-    // Null: Clock::Real(). Must outlive the registry and its objects.
-    Clock* clock = nullptr;
-  };
-
-  // Errors: InvalidArgument from options.breaker or options.budget.
-  static absl::StatusOr<std::shared_ptr<BreakerRegistry>> Create(
-      const Options& options);
-
-  // The process-wide registry (default options, real clock), used when a
-  // channel is given none. Never null, never destroyed.
-  static std::shared_ptr<BreakerRegistry> Default();
-
-  // The breaker for `key`, created with the registry's options on first use.
-  // Never null.
-  std::shared_ptr<CircuitBreaker> Get(absl::string_view key);
-
-  // The breaker for `key`, created with `options` on first use. Errors:
-  // InvalidArgument from options.Validate(); FailedPrecondition when the
-  // breaker exists with different options (two channels disagree about
-  // one shared breaker: use distinct keys or registries).
-  absl::StatusOr<std::shared_ptr<CircuitBreaker>> Get(
-      absl::string_view key, const BreakerOptions& options);
-
-  // The retry budget for `key`, as Get does for breakers.
-  std::shared_ptr<RetryBudget> GetBudget(absl::string_view key);
-  absl::StatusOr<std::shared_ptr<RetryBudget>> GetBudget(
-      absl::string_view key, const RetryBudgetOptions& options);
-
-  // The gRFC A6 retry throttle for `key` (A6 keys it by server name: use the
-  // channel target). As in gRPC, a later config replaces the earlier one:
-  // when the existing throttle has other options, a new one takes its place,
-  // starting from the old token count scaled to the new maxTokens. Holders of
-  // the old one keep using it until they look the key up again. Errors:
-  // InvalidArgument from options.Validate().
-  absl::StatusOr<std::shared_ptr<RetryThrottle>> GetThrottle(
-      absl::string_view key, const RetryThrottleOptions& options);
-
-  using ListenerId = uint64_t;
-
-  // Adds a listener for every transition of every breaker of this registry,
-  // those created later included. It must be quick and must not block (it
-  // runs on an RPC's thread); it may be called concurrently for different
-  // breakers, and in order for any one breaker. Returns an id for removal.
-  ListenerId AddTransitionListener(BreakerListener listener);
-
-  // Removes a listener. A call already under way may still finish after
-  // this returns.
-  void RemoveTransitionListener(ListenerId id);
-
-  // Every breaker created so far, with its key, for stats and debug pages.
-  std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>>
-  Breakers() const;
-
-  const Options& options() const { return options_; }
-
- private:
-  class Listeners;
-  struct Entry {
-    std::shared_ptr<CircuitBreaker> breaker;
-    std::shared_ptr<RetryBudget> budget;
-    std::shared_ptr<RetryThrottle> throttle;
-  };
-  struct Shard {
-    mutable internal::Mutex mu;
-    absl::flat_hash_map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
-  };
-  static constexpr size_t kShards = 16;
-
-  explicit BreakerRegistry(const Options& options);
-  Shard& ShardFor(absl::string_view key);
-  std::shared_ptr<CircuitBreaker> NewBreaker(absl::string_view key,
-                                             const BreakerOptions& options);
-
-  const Options options_;
-  Clock* const clock_;
-  const std::shared_ptr<Listeners> listeners_;
-  std::array<Shard, kShards> shards_;
+  const std::unique_ptr<State> impl_;
 };
 
 }  // namespace rpcguard

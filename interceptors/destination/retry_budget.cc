@@ -2,57 +2,62 @@
 
 #include "rpcguard/destination/retry_budget.h"
 
-#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 
-#include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
+#include "option_checks.h"  // private to :destination
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
+
+using internal::InvalidOption;
+
 namespace {
 
-constexpr absl::Duration kMinBucketWidth = absl::Milliseconds(1);
-constexpr int kMaxBuckets = 1000;
-// gRFC A6's bound on retryThrottling.maxTokens (gRPC enforces it too).
-constexpr double kMaxRetryTokens = 1000;
 // Slack for the budget comparison, so that binary rounding of ratio x count
 // (0.2 x 1000 = 200.00000000000003) never refuses a retry that fits exactly.
 constexpr double kAllowanceSlack = 1e-9;
 
-absl::Status Invalid(absl::string_view field, absl::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
-}
-
 }  // namespace
 
-// ---------------------------------------------------------------------------
-// RetryBudget
+struct RetryBudget::State {
+  State(absl::Duration window, int buckets)
+      : first_attempts(window, buckets), retries(window, buckets) {}
+
+  // Whether one more retry fits in ratio x first attempts + floor, over the
+  // window that ends at `now`.
+  bool AllowsOneMoreLocked(absl::Time now, double ratio, double floor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // First attempts (a; b unused), with locks of its own.
+  internal::StripedWindow first_attempts;
+
+  internal::Mutex mu;
+  // Granted retries (a; b unused).
+  internal::SlidingWindow retries ABSL_GUARDED_BY(mu);
+  uint64_t refused ABSL_GUARDED_BY(mu) = 0;
+};
 
 absl::Status RetryBudgetOptions::Validate() const {
-  if (window <= absl::ZeroDuration()) {
-    return Invalid("retryBudget.window", "must be greater than 0");
-  }
-  if (window == absl::InfiniteDuration()) {
-    return Invalid("retryBudget.window", "must be finite");
-  }
-  if (buckets < 1 || buckets > kMaxBuckets) {
-    return Invalid("retryBudget.buckets",
-                   absl::StrCat("must be in [1, ", kMaxBuckets, "]"));
-  }
-  if (window / buckets < kMinBucketWidth) {
-    return Invalid("retryBudget.window", "must be at least 1ms per bucket");
+  if (absl::Status s = internal::CheckWindow("retryBudget", window, buckets);
+      !s.ok()) {
+    return s;
   }
   // More retries than calls is no budget at all.
   if (!(ratio >= 0 && ratio <= 1)) {
-    return Invalid("retryBudget.ratio", "must be in [0, 1]");
+    return InvalidOption("retryBudget.ratio", "must be in [0, 1]");
   }
   if (!(min_retries_per_second >= 0 && std::isfinite(min_retries_per_second))) {
-    return Invalid("retryBudget.minRetriesPerSecond",
-                   "must be a finite number, at least 0");
+    return InvalidOption("retryBudget.minRetriesPerSecond",
+                         "must be a finite number, at least 0");
   }
   if (ratio == 0 && min_retries_per_second == 0) {
-    return Invalid("retryBudget",
-                   "ratio and minRetriesPerSecond are both 0, which forbids "
-                   "every retry");
+    return InvalidOption("retryBudget",
+                         "ratio and minRetriesPerSecond are both 0, which "
+                         "forbids every retry");
   }
   return absl::OkStatus();
 }
@@ -74,138 +79,50 @@ RetryBudget::RetryBudget(const RetryBudgetOptions& options, Clock* clock)
       clock_(clock),
       floor_(options.min_retries_per_second *
              absl::ToDoubleSeconds(options.window)),
-      first_attempts_(options.window, options.buckets),
-      retries_(options.window, options.buckets) {}
+      impl_(std::make_unique<State>(options.window, options.buckets)) {}
 
-void RetryBudget::RecordFirstAttempt() {
-  first_attempts_.Add(clock_->Now(), 1, 0);
-}
+RetryBudget::~RetryBudget() = default;
 
-bool RetryBudget::AllowsOneMoreLocked(absl::Time now) {
+bool RetryBudget::State::AllowsOneMoreLocked(absl::Time now, double ratio,
+                                             double floor) {
   // A first attempt counted concurrently may be missed: that only makes
   // this decision stricter, never overdraws.
-  const int64_t first_attempts = first_attempts_.Sum(now).a;
-  const int64_t retries = retries_.Sum(now).a;
-  const double allowance =
-      options_.ratio * static_cast<double>(first_attempts) + floor_;
-  return static_cast<double>(retries + 1) <= allowance + kAllowanceSlack;
+  const int64_t first = first_attempts.Sum(now).a;
+  const int64_t granted = retries.Sum(now).a;
+  const double allowance = ratio * static_cast<double>(first) + floor;
+  return static_cast<double>(granted + 1) <= allowance + kAllowanceSlack;
+}
+
+void RetryBudget::RecordFirstAttempt() {
+  impl_->first_attempts.Add(clock_->Now(), 1, 0);
 }
 
 bool RetryBudget::TryAcquireRetry() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
-  if (!AllowsOneMoreLocked(now)) {
-    ++refused_;
+  internal::MutexLock lock(&impl_->mu);
+  if (!impl_->AllowsOneMoreLocked(now, options_.ratio, floor_)) {
+    ++impl_->refused;
     return false;
   }
-  retries_.Add(now, 1, 0);
+  impl_->retries.Add(now, 1, 0);
   return true;
 }
 
 bool RetryBudget::CanAcquireRetry() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
-  return AllowsOneMoreLocked(now);
+  internal::MutexLock lock(&impl_->mu);
+  return impl_->AllowsOneMoreLocked(now, options_.ratio, floor_);
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {
   const absl::Time now = clock_->Now();
-  internal::MutexLock lock(&mu_);
+  internal::MutexLock lock(&impl_->mu);
   RetryBudgetSnapshot s;
-  s.first_attempts = first_attempts_.Sum(now).a;
-  s.retries = retries_.Sum(now).a;
+  s.first_attempts = impl_->first_attempts.Sum(now).a;
+  s.retries = impl_->retries.Sum(now).a;
   s.allowance = options_.ratio * static_cast<double>(s.first_attempts) + floor_;
-  s.refused = refused_;
+  s.refused = impl_->refused;
   return s;
-}
-
-// ---------------------------------------------------------------------------
-// RetryThrottle
-
-namespace internal {
-
-int64_t ToThousandths(double value) {
-  if (!(value > 0)) return 0;
-  // Far beyond any valid maxTokens; keeps the conversion defined.
-  if (value > 1e12) return int64_t{1000000000000000};
-  return static_cast<int64_t>(std::floor(value * 1000 + 1e-6));
-}
-
-}  // namespace internal
-
-absl::Status RetryThrottleOptions::Validate() const {
-  if (!(max_tokens > 0)) {
-    return Invalid("retryThrottling.maxTokens", "must be greater than 0");
-  }
-  if (max_tokens > kMaxRetryTokens) {
-    return Invalid("retryThrottling.maxTokens",
-                   absl::StrCat("must be at most ", kMaxRetryTokens));
-  }
-  if (internal::ToThousandths(max_tokens) < 1) {
-    return Invalid("retryThrottling.maxTokens", "must be at least 0.001");
-  }
-  if (!(token_ratio > 0)) {
-    return Invalid("retryThrottling.tokenRatio", "must be greater than 0");
-  }
-  if (!std::isfinite(token_ratio)) {
-    return Invalid("retryThrottling.tokenRatio", "must be finite");
-  }
-  if (internal::ToThousandths(token_ratio) < 1) {
-    return Invalid("retryThrottling.tokenRatio",
-                   "must be at least 0.001 (3 decimal places are kept)");
-  }
-  return absl::OkStatus();
-}
-
-bool RetryThrottleOptions::operator==(const RetryThrottleOptions& o) const {
-  return max_tokens == o.max_tokens && token_ratio == o.token_ratio;
-}
-
-absl::StatusOr<std::shared_ptr<RetryThrottle>> RetryThrottle::Create(
-    const RetryThrottleOptions& options) {
-  return Create(options, nullptr);
-}
-
-absl::StatusOr<std::shared_ptr<RetryThrottle>> RetryThrottle::Create(
-    const RetryThrottleOptions& options, const RetryThrottle* previous) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
-  const int64_t max_milli = internal::ToThousandths(options.max_tokens);
-  int64_t initial = max_milli;
-  if (previous != nullptr) {
-    // Keep the same fraction of a full bucket (as gRPC does).
-    initial = previous->milli_tokens() * max_milli / previous->max_milli_;
-  }
-  return std::shared_ptr<RetryThrottle>(new RetryThrottle(options, initial));
-}
-
-RetryThrottle::RetryThrottle(const RetryThrottleOptions& options,
-                             int64_t initial_milli)
-    : options_(options),
-      max_milli_(internal::ToThousandths(options.max_tokens)),
-      ratio_milli_(internal::ToThousandths(options.token_ratio)),
-      milli_tokens_(std::clamp<int64_t>(initial_milli, 0, max_milli_)) {}
-
-bool RetryThrottle::RecordFailure() {
-  int64_t current = milli_tokens_.load(std::memory_order_relaxed);
-  int64_t next;
-  do {
-    next = std::max<int64_t>(current - 1000, 0);
-  } while (!milli_tokens_.compare_exchange_weak(current, next,
-                                                std::memory_order_relaxed));
-  return next > max_milli_ / 2;
-}
-
-void RetryThrottle::RecordSuccess() {
-  int64_t current = milli_tokens_.load(std::memory_order_relaxed);
-  int64_t next;
-  do {
-    next = std::min(current + ratio_milli_, max_milli_);
-  } while (!milli_tokens_.compare_exchange_weak(current, next,
-                                                std::memory_order_relaxed));
-}
-
-bool RetryThrottle::RetryAllowed() const {
-  return milli_tokens_.load(std::memory_order_relaxed) > max_milli_ / 2;
 }
 
 }  // namespace rpcguard

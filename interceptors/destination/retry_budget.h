@@ -1,12 +1,11 @@
 // Copyright rpcguard authors.
 //
-// Two ways to keep retries from multiplying the load on a destination that
-// is already failing.
-//
 // RetryBudget (Finagle's RetryBudget, the SRE book's per-client retry
-// ratio): retries are allowed while the retries of the last `window` stay
-// within ratio x the first attempts of that window, plus a floor of
-// minRetriesPerSecond x window so that a quiet client can still retry:
+// ratio): keeps retries from multiplying the load on a destination that is
+// already failing. Retries are allowed while the retries of the last
+// `window` stay within ratio x the first attempts of that window, plus a
+// floor of minRetriesPerSecond x window so that a quiet client can still
+// retry:
 //
 //   retries_in_window + 1 <= ratio * first_attempts_in_window
 //                            + minRetriesPerSecond * window_seconds
@@ -14,42 +13,25 @@
 // Under a total outage with steady load, attempts per call settle at
 // 1 + ratio + floor / calls_per_second, whatever maxAttempts says; in normal
 // operation (few failures) the budget is never the limit. Give-up reason
-// when it refuses: budget_exhausted.
+// when it refuses: budget_exhausted. (gRFC A6's absolute token bucket, for
+// users of gRPC's service config, is RetryThrottle: retry_throttle.h.)
 //
-// RetryThrottle: gRFC A6's `retryThrottling {maxTokens, tokenRatio}`,
-// exactly: a token count starts at maxTokens; each attempt that fails with a
-// retryable status (or with pushback saying not to retry) takes 1 token
-// (down to 0), each success adds tokenRatio (up to maxTokens); retries are
-// allowed only while the count is above maxTokens / 2. For users who bring
-// their gRPC service config along. Unlike the budget it is absolute, not
-// relative to traffic (grpc-go#7539), which is why RetryBudget exists.
-//
-// The interceptor feeds the throttle every attempt's outcome, retries
-// included, as gRPC's own retry filter does: OK -> RecordSuccess(); a
-// retryable status or pushback saying not to retry -> RecordFailure(), whose
-// false return means no retry (give-up reason budget_exhausted); any other
-// status -> nothing.
-//
-// All three are kept per key by BreakerRegistry (breaker.h), next to the
-// key's circuit breaker: the interceptor uses the channel target (or target +
-// service) for all three. Ask the breaker before the budget, so that a call
-// the breaker refuses spends no budget (see breaker.h and, for the whole
-// order of checks, decision/retry_gate.h).
+// BreakerRegistry (registry.h) keeps one budget per key, next to the key's
+// circuit breaker and throttle: the interceptor uses the channel target (or
+// target + service) for all three. Ask the breaker before the budget, so that
+// a call the breaker refuses spends no budget (see breaker.h and, for the
+// whole order of checks, decision/retry_gate.h).
 
 #ifndef RPCGUARD_DESTINATION_RETRY_BUDGET_H_
 #define RPCGUARD_DESTINATION_RETRY_BUDGET_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/mutex.h"
-#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -107,113 +89,37 @@ class RetryBudget {
 
   RetryBudget(const RetryBudget&) = delete;
   RetryBudget& operator=(const RetryBudget&) = delete;
+  ~RetryBudget();
 
   // Counts a call's first attempt: it earns `ratio` retries.
-  void RecordFirstAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  void RecordFirstAttempt();
 
   // True, and counts the retry, when the budget allows one more retry now;
   // false (give-up reason budget_exhausted) otherwise.
-  bool TryAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
+  bool TryAcquireRetry();
 
   // Whether TryAcquireRetry would succeed now; spends and counts nothing.
   // Lets a call give up before waiting out a backoff the budget would not
   // pay for (a concurrent retry may still take the last one meanwhile).
-  bool CanAcquireRetry() ABSL_LOCKS_EXCLUDED(mu_);
+  bool CanAcquireRetry();
 
-  RetryBudgetSnapshot Snapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  RetryBudgetSnapshot Snapshot();
 
   const RetryBudgetOptions& options() const { return options_; }
 
  private:
-  RetryBudget(const RetryBudgetOptions& options, Clock* clock);
+  // The windows and the lock, defined in retry_budget.cc so that this header
+  // needs none of rpcguard's internal primitives.
+  struct State;
 
-  bool AllowsOneMoreLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RetryBudget(const RetryBudgetOptions& options, Clock* clock);
 
   const RetryBudgetOptions options_;
   Clock* const clock_;
   // The floor's share of the allowance: minRetriesPerSecond x window.
   const double floor_;
-
-  // First attempts (a; b unused), with locks of its own.
-  internal::StripedWindow first_attempts_;
-
-  internal::Mutex mu_;
-  // Granted retries (a; b unused).
-  internal::SlidingWindow retries_ ABSL_GUARDED_BY(mu_);
-  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::unique_ptr<State> impl_;
 };
-
-// gRFC A6's retryThrottling. The defaults are A6's example (A6 itself has
-// none: in JSON both fields are required).
-struct RetryThrottleOptions {
-  // "maxTokens": in (0, 1000] (gRPC's bound).
-  double max_tokens = 10;
-  // "tokenRatio": > 0; as in A6, 3 decimal places are kept and the rest are
-  // dropped, so it must be at least 0.001.
-  double token_ratio = 0.1;
-
-  // OK, or InvalidArgument naming the first bad field by its JSON name, e.g.
-  // "retryThrottling.maxTokens: must be greater than 0".
-  absl::Status Validate() const;
-
-  bool operator==(const RetryThrottleOptions& other) const;
-  bool operator!=(const RetryThrottleOptions& other) const {
-    return !(*this == other);
-  }
-};
-
-// gRFC A6's token bucket. Tokens are kept in thousandths (as gRPC does), so
-// the arithmetic is exact. Thread-safe and lock-free.
-class RetryThrottle {
- public:
-  // Errors: InvalidArgument from options.Validate().
-  static absl::StatusOr<std::shared_ptr<RetryThrottle>> Create(
-      const RetryThrottleOptions& options);
-
-  // Starts from `previous`'s token count scaled to these options' maxTokens
-  // (how gRPC carries a throttle over a config change). `previous` may be
-  // null (start full).
-  static absl::StatusOr<std::shared_ptr<RetryThrottle>> Create(
-      const RetryThrottleOptions& options, const RetryThrottle* previous);
-
-  RetryThrottle(const RetryThrottle&) = delete;
-  RetryThrottle& operator=(const RetryThrottle&) = delete;
-
-  // Records an attempt that failed with a retryable status, or with server
-  // pushback saying not to retry: takes one token (not below 0). Returns
-  // whether a retry is still allowed after it (RetryAllowed()).
-  bool RecordFailure();
-
-  // Records a successful attempt: adds tokenRatio (not above maxTokens).
-  void RecordSuccess();
-
-  // Whether the token count is above maxTokens / 2.
-  bool RetryAllowed() const;
-
-  // The token count, in thousandths of a token.
-  int64_t milli_tokens() const {
-    return milli_tokens_.load(std::memory_order_relaxed);
-  }
-  int64_t max_milli_tokens() const { return max_milli_; }
-  int64_t milli_token_ratio() const { return ratio_milli_; }
-
-  const RetryThrottleOptions& options() const { return options_; }
-
- private:
-  RetryThrottle(const RetryThrottleOptions& options, int64_t initial_milli);
-
-  const RetryThrottleOptions options_;
-  const int64_t max_milli_;
-  const int64_t ratio_milli_;
-  // Written by every attempt's outcome, with compare-and-swap.
-  std::atomic<int64_t> milli_tokens_;
-};
-
-namespace internal {
-// A6's conversion of maxTokens and tokenRatio to thousandths: 3 decimal
-// places, the rest dropped (tolerating binary rounding, so 0.29 is 290).
-int64_t ToThousandths(double value);
-}  // namespace internal
 
 }  // namespace rpcguard
 

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/retry_gate.h"
+#include "rpcguard/destination/registry.h"
 #include "rpcguard/internal/method_cache.h"
 
 namespace rpcguard {

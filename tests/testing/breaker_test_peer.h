@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "rpcguard/destination/breaker.h"
+#include "rpcguard/internal/breaker_impl.h"
+#include "rpcguard/internal/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -25,8 +27,9 @@ class BreakerTestPeer {
     const absl::Time now = breaker.clock_->Now();
     bool ok;
     {
-      MutexLock lock(&breaker.mu_);
-      ok = breaker.TransitionLocked(from, to, now, "test", /*manual=*/false);
+      MutexLock lock(&breaker.impl_->mu);
+      ok = breaker.impl_->TransitionLocked(from, to, now, "test",
+                                           /*manual=*/false);
     }
     if (!ok) {
       return absl::FailedPreconditionError(absl::StrCat(
