@@ -9,7 +9,7 @@
 //                          metadata names, DefaultStats
 //   config.h               Config (JSON and .proto declarations), Explain,
 //                          MethodPolicy and its parts
-//   destination/breaker.h  BreakerRegistry and its options; CircuitBreaker
+//   destination/registry.h BreakerRegistry and its options; CircuitBreaker
 //                          (to inspect, force open or reset a breaker)
 //   observability/trace.h  TraceSink and its sinks, TraceEvent, verbosity,
 //                          GiveUpHook
@@ -21,12 +21,12 @@
 #ifndef RPCGUARD_RPCGUARD_H_
 #define RPCGUARD_RPCGUARD_H_
 
-#include "rpcguard/channel.h"              // IWYU pragma: export
-#include "rpcguard/clock.h"                // IWYU pragma: export
-#include "rpcguard/config.h"               // IWYU pragma: export
-#include "rpcguard/destination/breaker.h"  // IWYU pragma: export
-#include "rpcguard/observability/stats.h"  // IWYU pragma: export
-#include "rpcguard/observability/trace.h"  // IWYU pragma: export
-#include "rpcguard/random.h"               // IWYU pragma: export
+#include "rpcguard/channel.h"               // IWYU pragma: export
+#include "rpcguard/clock.h"                 // IWYU pragma: export
+#include "rpcguard/config.h"                // IWYU pragma: export
+#include "rpcguard/destination/registry.h"  // IWYU pragma: export
+#include "rpcguard/observability/stats.h"   // IWYU pragma: export
+#include "rpcguard/observability/trace.h"   // IWYU pragma: export
+#include "rpcguard/random.h"                // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

@@ -130,6 +130,11 @@ void FillReceivedBatch(InterceptorBatchMethods* b, const FinalOutcome& outcome,
     trailing->clear();
     AddMetadata(outcome.trailing_metadata, trailing);
   }
+  // On a non-OK status the reply holds no attempt's message, as a hijacked
+  // call's never does: gRPC itself parsed attempt 1's into it.
+  if (!status.ok() && IsProtobufMessage(response_object)) {
+    static_cast<grpc::protobuf::MessageLite*>(response_object)->Clear();
+  }
   *b->GetRecvStatus() = status;
   trailing->emplace(grpc::string_ref(kAttemptsTrailer),
                     grpc::string_ref(outcome.attempts_text));
