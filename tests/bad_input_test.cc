@@ -340,6 +340,59 @@ TEST_F(BadInputTest, ByteBufferCallToRetriedMethodUnmarkedIsSentOnce) {
   }
 }
 
+// A grpc::GenericStub caller may pass the method name as a temporary: gRPC
+// copies it when the call is created, and the CQ API starts the call (and
+// runs interceptors' first batch) later. rpcguard must not read the name
+// after the call's creation (ASan reports a read of freed memory if it does).
+TEST_F(BadInputTest, GenericCallWithATemporaryMethodNameReadsNoFreedMemory) {
+  for (const char* method : {kGet, kCreate}) {
+    FaultRequest req;
+    req.set_op_id(Op(absl::StrCat("temporary-name-", method)));
+    req.set_fail_first(1);
+    const grpc::ByteBuffer request = ToByteBuffer(req);
+    grpc::ByteBuffer response;
+    grpc::ClientContext ctx;
+    MarkPassThrough(&ctx);  // ByteBuffer messages: rpcguard leaves it alone
+    grpc::GenericStub stub(channel_);
+    grpc::CompletionQueue cq;
+    // The name's storage is freed at the end of this statement.
+    auto rpc = stub.PrepareUnaryCall(&ctx, std::string(method), request, &cq);
+    rpc->StartCall();
+    grpc::Status status;
+    int tag = 1;
+    rpc->Finish(&response, &status, &tag);
+    void* got;
+    bool ok;
+    ASSERT_TRUE(cq.Next(&got, &ok));
+    cq.Shutdown();
+    while (cq.Next(&got, &ok)) {
+    }
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  }
+  // Unmarked, a retriable method's call is sent once (unsupported_call).
+  FaultRequest req;
+  req.set_op_id(Op("temporary-name-unmarked"));
+  const grpc::ByteBuffer request = ToByteBuffer(req);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  grpc::GenericStub stub(channel_);
+  grpc::CompletionQueue cq;
+  auto rpc = stub.PrepareUnaryCall(&ctx, std::string(kGet), request, &cq);
+  rpc->StartCall();
+  grpc::Status status;
+  int tag = 1;
+  rpc->Finish(&response, &status, &tag);
+  void* got;
+  bool ok;
+  ASSERT_TRUE(cq.Next(&got, &ok));
+  cq.Shutdown();
+  while (cq.Next(&got, &ok)) {
+  }
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+}
+
 TEST_F(BadInputTest, ProtoResponseOfTheWrongTypeFailsClearly) {
   // The application asks for /FaultService/Get but receives into a message
   // of another type (RetryInfo: field 1 is a Duration, where FaultReply has
