@@ -6,6 +6,7 @@
 // calls to a real fault-injecting server, for the sync, CQ-async and
 // callback stubs.
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -40,6 +41,14 @@ constexpr char kConfig[] = R"json({"methodConfig": [
                    "maxBackoff": "1s", "backoffMultiplier": 2,
                    "retryableStatusCodes": ["UNAVAILABLE"]},
    "rpcguard": {"idempotency": "NO_SIDE_EFFECTS", "jitter": "A6"}}]})json";
+
+// The same, retried at once: for servers that fail every attempt.
+constexpr char kFastRetries[] = R"json({"methodConfig": [
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"}],
+   "retryPolicy": {"maxAttempts": 2, "initialBackoff": "0.001s",
+                   "maxBackoff": "0.002s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"idempotency": "NO_SIDE_EFFECTS"}}]})json";
 
 class DecisionE2ETest : public ::testing::TestWithParam<StubKind> {
  protected:
@@ -153,6 +162,74 @@ TEST_P(DecisionE2ETest, RetryTheBreakerRefusesSpendsNoBudget) {
       registry_->GetBudget(server_.address())->Snapshot();
   EXPECT_EQ(budget.first_attempts, 1);
   EXPECT_EQ(budget.retries, 0);
+}
+
+// A server that answers every call with a response message and then a
+// retriable status: something a unary server can do on the wire (a proxy,
+// or another language's server), though gRPC C++'s own unary handlers
+// cannot.
+class MessageThenUnavailable : public grpc::CallbackGenericService {
+ public:
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    class Reactor : public grpc::ServerGenericBidiReactor {
+     public:
+      Reactor() { StartRead(&request_); }
+      void OnReadDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no request"));
+          return;
+        }
+        FaultReply reply;
+        reply.set_op_id("a failed attempt's message");
+        const std::string bytes = reply.SerializeAsString();
+        grpc::Slice slice(bytes);
+        response_ = grpc::ByteBuffer(&slice, 1);
+        StartWriteAndFinish(
+            &response_, grpc::WriteOptions(),
+            grpc::Status(grpc::StatusCode::UNAVAILABLE, "after a message"));
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      grpc::ByteBuffer request_;
+      grpc::ByteBuffer response_;
+    };
+    return new Reactor;
+  }
+};
+
+// After a response message and a retriable status on every attempt, the
+// reply object holds no attempt's message, whichever stub API: gRPC leaves
+// it unspecified; rpcguard makes the paths agree.
+TEST_P(DecisionE2ETest, FailedCallLeavesNoMessageInTheReply) {
+  MessageThenUnavailable service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterCallbackGenericService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  Options options;
+  options.config = *Config::FromJson(kFastRetries);
+  options.breaker_registry = registry_;
+  auto stub = FaultService::NewStub(
+      *CreateChannel(absl::StrCat("127.0.0.1:", port),
+                     grpc::InsecureChannelCredentials(), options));
+  FaultRequest req;
+  req.set_op_id("message-then-unavailable");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const grpc::Status s =
+      StartCall(GetParam(), stub.get(), Method::kGet, &ctx, req, &reply)
+          ->Wait();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "gave up: max_attempts"))
+      << s.error_message();
+  EXPECT_EQ(reply.op_id(), "") << reply.DebugString();
+  server->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStubs, DecisionE2ETest,
