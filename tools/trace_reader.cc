@@ -322,7 +322,7 @@ class EventBuilder {
     absl::StatusOr<const Field*> f = Get("reason", true);
     if (!f.ok()) return f.status();
     if ((*f)->absent) return absl::OkStatus();
-    for (int i = 0; i <= static_cast<int>(GiveUpReason::kPushbackStop); ++i) {
+    for (int i = 0; i < kNumGiveUpReasons; ++i) {
       const auto r = static_cast<GiveUpReason>(i);
       if ((*f)->value == GiveUpReasonName(r)) {
         *out = r;

@@ -26,6 +26,8 @@ absl::string_view GiveUpReasonName(GiveUpReason reason) {
       return "breaker_open";
     case GiveUpReason::kPushbackStop:
       return "pushback_stop";
+    case GiveUpReason::kLocalError:
+      return "local_error";
   }
   return "none";
 }

@@ -24,16 +24,17 @@ enum class GiveUpReason {
   kBudgetExhausted,  // the retry budget is spent
   kBreakerOpen,      // the destination's circuit breaker is open
   kPushbackStop,     // the server said not to retry
+  kLocalError,       // the client made the error itself (IsLocalError)
 };
 
 // The number of GiveUpReason values (kNone included): for tables indexed by
 // reason.
 inline constexpr int kNumGiveUpReasons =
-    static_cast<int>(GiveUpReason::kPushbackStop) + 1;
+    static_cast<int>(GiveUpReason::kLocalError) + 1;
 
 // Returns "none", "max_attempts", "deadline", "fatal", "auth",
 // "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
-// "pushback_stop".
+// "pushback_stop", "local_error".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 }  // namespace rpcguard
