@@ -184,6 +184,68 @@ TEST_F(RetryControllerTest, FatalWinsOverPushback) {
   }
 }
 
+// An error the client made itself ends the call at once, whatever its code,
+// the pushback, the attempts left and the idempotency: another attempt would
+// make it again.
+TEST_F(RetryControllerTest, LocalErrorsGiveUpAtOnce) {
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10));
+  for (bool may_repeat : {false, true}) {
+    for (StatusCode code : {StatusCode::RESOURCE_EXHAUSTED,
+                            StatusCode::UNAVAILABLE, StatusCode::INTERNAL}) {
+      for (const Pushback& pushback :
+           {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(1))}) {
+        RetryController c(policy, may_repeat, clock_.Now() + absl::Seconds(10),
+                          &clock_);
+        c.StartAttempt();
+        AttemptEnd end;
+        end.code = code;
+        end.local_error = true;
+        const AttemptOutcome seen = c.OutcomeOf(end);
+        EXPECT_TRUE(seen.local_error);
+        const Decision d = c.OnAttemptEnd(end, pushback, gen());
+        EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(code);
+        EXPECT_EQ(d.reason, GiveUpReason::kLocalError) << StatusCodeName(code);
+        EXPECT_EQ(d.status_class, StatusClass::kFatal);
+        EXPECT_TRUE(d.outcome.local_error);
+        EXPECT_EQ(d.delay, absl::ZeroDuration());
+      }
+    }
+  }
+}
+
+// The caller's own cancel or deadline names the call's end first.
+TEST_F(RetryControllerTest, CallersCancelOrDeadlineBeatsALocalError) {
+  const MethodPolicy policy;
+  AttemptEnd end;
+  end.code = StatusCode::RESOURCE_EXHAUSTED;
+  end.local_error = true;
+  end.caller_cancelled = true;
+  RetryController cancelled(policy, true, clock_.Now() + absl::Seconds(1),
+                            &clock_);
+  cancelled.StartAttempt();
+  EXPECT_EQ(cancelled.OnAttemptEnd(end, kNoPushback, gen()).reason,
+            GiveUpReason::kCancelled);
+  end.caller_cancelled = false;
+  RetryController late(policy, true, clock_.Now() + absl::Seconds(1), &clock_);
+  late.StartAttempt();
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(late.OnAttemptEnd(end, kNoPushback, gen()).reason,
+            GiveUpReason::kDeadline);
+}
+
+// A success is a success, whatever the glue guessed.
+TEST_F(RetryControllerTest, OkIsNeverALocalError) {
+  const MethodPolicy policy;
+  RetryController c(policy, true, clock_.Now() + absl::Seconds(1), &clock_);
+  c.StartAttempt();
+  AttemptEnd end;
+  end.local_error = true;
+  EXPECT_FALSE(c.OutcomeOf(end).local_error);
+  const Decision d = c.OnAttemptEnd(end, kNoPushback, gen());
+  EXPECT_EQ(d.action, Action::kDone);
+  EXPECT_EQ(d.reason, GiveUpReason::kNone);
+}
+
 TEST_F(RetryControllerTest, CallersCancelIsNeverRetried) {
   MethodPolicy policy;
   policy.retry.max_attempts = 10;
@@ -767,6 +829,7 @@ TEST(GiveUpReasonNameTest, EveryValue) {
             "budget_exhausted");
   EXPECT_EQ(GiveUpReasonName(GiveUpReason::kBreakerOpen), "breaker_open");
   EXPECT_EQ(GiveUpReasonName(GiveUpReason::kPushbackStop), "pushback_stop");
+  EXPECT_EQ(GiveUpReasonName(GiveUpReason::kLocalError), "local_error");
 }
 
 TEST(AnnotateMessageTest, ExactStrings) {
@@ -794,11 +857,15 @@ TEST(AnnotateMessageTest, ExactStrings) {
             "x [rpcguard: 1 attempt, gave up: budget_exhausted]");
   EXPECT_EQ(AnnotateMessage("x", 1, GiveUpReason::kBreakerOpen),
             "x [rpcguard: 1 attempt, gave up: breaker_open]");
+  // After retries the account is given, as for any other reason.
+  EXPECT_EQ(AnnotateMessage("x", 2, GiveUpReason::kLocalError),
+            "x [rpcguard: 2 attempts, gave up: local_error]");
 }
 
 TEST(AnnotateMessageTest, OneAttemptWithNothingToSayIsUnchanged) {
-  for (GiveUpReason reason : {GiveUpReason::kNone, GiveUpReason::kFatal,
-                              GiveUpReason::kAuth, GiveUpReason::kCancelled}) {
+  for (GiveUpReason reason :
+       {GiveUpReason::kNone, GiveUpReason::kFatal, GiveUpReason::kAuth,
+        GiveUpReason::kCancelled, GiveUpReason::kLocalError}) {
     EXPECT_EQ(AnnotateMessage("x", 1, reason), "x") << GiveUpReasonName(reason);
     EXPECT_EQ(AnnotateMessage("", 1, reason), "") << GiveUpReasonName(reason);
   }

@@ -109,6 +109,8 @@ std::vector<RecordRow> RecordRows() {
   caller_deadline.caller_deadline_expired = true;
   AttemptOutcome attempt_timeout = Answer(grpc::StatusCode::DEADLINE_EXCEEDED);
   attempt_timeout.per_attempt_timeout_expired = true;
+  AttemptOutcome local = Answer(grpc::StatusCode::RESOURCE_EXHAUSTED);
+  local.local_error = true;
   return {
       {"OkIsASuccess", Answer(grpc::StatusCode::OK), StatusClass::kOk, 1, 0},
       {"RetriableIsAFailure", Answer(grpc::StatusCode::UNAVAILABLE),
@@ -124,6 +126,11 @@ std::vector<RecordRow> RecordRows() {
        Answer(grpc::StatusCode::DEADLINE_EXCEEDED), StatusClass::kFatal, 1, 0},
       {"CallerCancelIsIgnored", caller_cancelled, StatusClass::kFatal, 0, 0},
       {"CallerDeadlineIsIgnored", caller_deadline, StatusClass::kFatal, 0, 0},
+      // An error the client made itself says nothing of the server, even
+      // with a code the policy retries.
+      {"LocalErrorIsIgnored", local, StatusClass::kFatal, 0, 0},
+      {"LocalErrorIsIgnoredWhateverItsClass", local, StatusClass::kRetriable, 0,
+       0},
   };
 }
 
@@ -158,6 +165,23 @@ TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
   }
   EXPECT_EQ(throttle_->milli_tokens(), 1500);
   EXPECT_TRUE(throttle_->RetryAllowed());
+}
+
+// A local error costs no token and earns none, even with a server's "stop"
+// in whatever trailers came with it.
+TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
+  RetryThrottleOptions o;
+  o.max_tokens = 2;
+  o.token_ratio = 0.5;
+  throttle_ = *RetryThrottle::Create(o);
+  AttemptOutcome local = Answer(grpc::StatusCode::RESOURCE_EXHAUSTED);
+  local.local_error = true;
+  for (bool stop : {false, true}) {
+    for (StatusClass c : {StatusClass::kFatal, StatusClass::kRetriable}) {
+      EXPECT_TRUE(RecordAttemptEnd(Gates(), std::nullopt, c, local, stop));
+      EXPECT_EQ(throttle_->milli_tokens(), 2000);
+    }
+  }
 }
 
 TEST_F(RetryGateTest, NoBreakerNoAdmissionRecordsNothing) {
@@ -328,6 +352,7 @@ struct SentOnceRow {
   Decision::Action action;
   GiveUpReason reason;
   StatusClass status_class;
+  bool local_error = false;
 };
 
 class DecideSentOnceTest : public ::testing::TestWithParam<SentOnceRow> {};
@@ -341,13 +366,18 @@ TEST_P(DecideSentOnceTest, SameReasonAsTheController) {
   const absl::Time deadline = row.deadline_in == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : clock.Now() + row.deadline_in;
-  const Decision d = DecideSentOnce(policy, MayRepeat(row.idempotency),
-                                    deadline, &clock, row.code, row.cancelled);
+  AttemptEnd end;
+  end.code = row.code;
+  end.caller_cancelled = row.cancelled;
+  end.local_error = row.local_error;
+  const Decision d =
+      DecideSentOnce(policy, MayRepeat(row.idempotency), deadline, &clock, end);
   EXPECT_EQ(d.action, row.action);
   EXPECT_EQ(GiveUpReasonName(d.reason), GiveUpReasonName(row.reason));
   EXPECT_EQ(StatusClassName(d.status_class), StatusClassName(row.status_class));
   EXPECT_EQ(d.outcome.code, row.code);
   EXPECT_EQ(d.outcome.caller_cancelled, row.cancelled);
+  EXPECT_EQ(d.outcome.local_error, row.local_error);
 }
 
 std::vector<SentOnceRow> SentOnceRows() {
@@ -377,6 +407,14 @@ std::vector<SentOnceRow> SentOnceRows() {
        StatusClass::kFatal},
       {"CallerCancel", Idempotency::kUnknown, 3, C::CANCELLED, inf, true,
        A::kGiveUp, G::kCancelled, StatusClass::kFatal},
+      // The client's own error, not the method's idempotency, ended it.
+      {"LocalErrorNotIdempotent", Idempotency::kUnknown, 3,
+       C::RESOURCE_EXHAUSTED, inf, false, A::kGiveUp, G::kLocalError,
+       StatusClass::kFatal, true},
+      {"LocalErrorOneAttempt", Idempotency::kIdempotent, 1, C::UNAVAILABLE, inf,
+       false, A::kGiveUp, G::kLocalError, StatusClass::kFatal, true},
+      {"CallerCancelBeatsLocalError", Idempotency::kUnknown, 3, C::UNAVAILABLE,
+       inf, true, A::kGiveUp, G::kCancelled, StatusClass::kFatal, true},
   };
 }
 

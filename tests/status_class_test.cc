@@ -162,14 +162,81 @@ TEST(ClassifierTest, CallersDeadlineIsNeverRetried) {
   }
 }
 
+TEST(ClassifierTest, LocalErrorsAreNeverRetried) {
+  const std::vector<Classifier> classifiers = {
+      Classifier(), Classifier(StatusCodeSet{StatusCode::INTERNAL})};
+  for (const Classifier& classifier : classifiers) {
+    for (int i = 1; i < kNumCodes; ++i) {
+      for (bool per_attempt : {false, true}) {
+        AttemptOutcome o = Outcome(Code(i));
+        o.local_error = true;
+        o.per_attempt_timeout_expired = per_attempt;
+        EXPECT_EQ(classifier.Classify(o), StatusClass::kFatal)
+            << StatusCodeName(Code(i)) << " per_attempt=" << per_attempt;
+      }
+    }
+  }
+}
+
 TEST(ClassifierTest, OkIsOkWhateverTheFlags) {
   const Classifier classifier;
-  for (int flags = 0; flags < 8; ++flags) {
+  for (int flags = 0; flags < 16; ++flags) {
     AttemptOutcome o = Outcome(StatusCode::OK);
     o.caller_cancelled = flags & 1;
     o.caller_deadline_expired = flags & 2;
     o.per_attempt_timeout_expired = flags & 4;
+    o.local_error = flags & 8;
     EXPECT_EQ(classifier.Classify(o), StatusClass::kOk) << flags;
+  }
+}
+
+struct LocalErrorRow {
+  StatusCode code;
+  std::string message;
+  bool local;
+};
+
+// gRPC 1.51's own words for errors the client makes itself, and near misses
+// that are a server's answers.
+TEST(IsLocalErrorTest, GrpcsOwnWordsOnly) {
+  const std::vector<LocalErrorRow> rows = {
+      {StatusCode::RESOURCE_EXHAUSTED,
+       "Sent message larger than max (4106 vs. 1024)", true},
+      {StatusCode::RESOURCE_EXHAUSTED,
+       "Received message larger than max (4107 vs. 1024)", true},
+      {StatusCode::RESOURCE_EXHAUSTED,
+       "received initial metadata size exceeds limit", true},
+      {StatusCode::RESOURCE_EXHAUSTED,
+       "received initial metadata size exceeds limit (9000 vs. 8192). "
+       "GRPC_ARG_MAX_METADATA_SIZE can be set to increase this limit.",
+       true},
+      // gRPC 1.51 reports every plugin failure as UNAVAILABLE; later ones
+      // keep the plugin's code.
+      {StatusCode::UNAVAILABLE,
+       "Getting metadata from plugin failed with error: token service down",
+       true},
+      {StatusCode::UNAUTHENTICATED,
+       "Getting metadata from plugin failed with error: expired", true},
+      {StatusCode::OK, "Sent message larger than max (1 vs. 0)", false},
+      {StatusCode::OK,
+       "Getting metadata from plugin failed with error: ", false},
+      // The size words mean a limit only with gRPC's code for it.
+      {StatusCode::UNAVAILABLE, "Sent message larger than max (4106 vs. 1024)",
+       false},
+      {StatusCode::INTERNAL, "received initial metadata size exceeds limit",
+       false},
+      // A server's own words that merely mention them.
+      {StatusCode::RESOURCE_EXHAUSTED,
+       "quota: Received message larger than max (4107 vs. 1024)", false},
+      {StatusCode::UNAVAILABLE,
+       "upstream: Getting metadata from plugin failed with error: x", false},
+      {StatusCode::RESOURCE_EXHAUSTED, "quota exceeded", false},
+      {StatusCode::UNAVAILABLE, "failed to connect to all addresses", false},
+      {StatusCode::RESOURCE_EXHAUSTED, "", false},
+  };
+  for (const LocalErrorRow& row : rows) {
+    EXPECT_EQ(IsLocalError(row.code, row.message), row.local)
+        << StatusCodeName(row.code) << " \"" << row.message << "\"";
   }
 }
 

@@ -28,6 +28,8 @@ absl::string_view GiveUpReasonName(GiveUpReason reason) {
       return "pushback_stop";
     case GiveUpReason::kUnsupportedCall:
       return "unsupported_call";
+    case GiveUpReason::kLocalError:
+      return "local_error";
   }
   return "none";
 }

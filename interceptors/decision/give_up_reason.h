@@ -27,16 +27,17 @@ enum class GiveUpReason {
   // A call rpcguard cannot retry safely, sent once (a grpc::GenericStub
   // call whose response object is not a protobuf message).
   kUnsupportedCall,
+  kLocalError,       // the client made the error itself (IsLocalError)
 };
 
 // The number of GiveUpReason values (kNone included): for tables indexed by
 // reason.
 inline constexpr int kNumGiveUpReasons =
-    static_cast<int>(GiveUpReason::kUnsupportedCall) + 1;
+    static_cast<int>(GiveUpReason::kLocalError) + 1;
 
 // Returns "none", "max_attempts", "deadline", "fatal", "auth",
 // "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
-// "pushback_stop", "unsupported_call".
+// "pushback_stop", "unsupported_call", "local_error".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 }  // namespace rpcguard

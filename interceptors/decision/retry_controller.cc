@@ -32,32 +32,32 @@ absl::Time RetryController::StartAttempt() {
   return attempt_deadline_;
 }
 
-AttemptOutcome RetryController::OutcomeOf(grpc::StatusCode code,
-                                          bool caller_cancelled) const {
-  return OutcomeAt(code, caller_cancelled, clock_->Now());
+AttemptOutcome RetryController::OutcomeOf(const AttemptEnd& end) const {
+  return OutcomeAt(end, clock_->Now());
 }
 
-AttemptOutcome RetryController::OutcomeAt(grpc::StatusCode code,
-                                          bool caller_cancelled,
+AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
                                           absl::Time now) const {
   AttemptOutcome outcome;
-  outcome.code = code;
-  outcome.caller_cancelled = caller_cancelled;
+  outcome.code = end.code;
+  outcome.caller_cancelled = end.caller_cancelled;
+  outcome.local_error = end.local_error && end.code != grpc::StatusCode::OK;
   outcome.caller_deadline_expired = now >= deadline_;
   // The attempt's deadline was its own timeout only if it came before the
   // call's deadline.
   outcome.per_attempt_timeout_expired =
-      code == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      end.code == grpc::StatusCode::DEADLINE_EXCEEDED &&
       attempt_deadline_ < deadline_;
   return outcome;
 }
 
-Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
+Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
                                        const Pushback& pushback,
-                                       bool caller_cancelled,
                                        absl::BitGenRef gen) {
   const absl::Time now = clock_->Now();
-  const AttemptOutcome outcome = OutcomeAt(code, caller_cancelled, now);
+  const AttemptOutcome outcome = OutcomeAt(end, now);
+  const grpc::StatusCode code = end.code;
+  const bool caller_cancelled = end.caller_cancelled;
 
   Decision d;
   d.outcome = outcome;
@@ -83,6 +83,7 @@ Decision RetryController::OnAttemptEnd(grpc::StatusCode code,
       d.action = Decision::Action::kGiveUp;
       d.reason = caller_cancelled                  ? GiveUpReason::kCancelled
                  : outcome.caller_deadline_expired ? GiveUpReason::kDeadline
+                 : outcome.local_error             ? GiveUpReason::kLocalError
                                                    : GiveUpReason::kFatal;
       return d;
     case StatusClass::kRetriable:
@@ -137,7 +138,8 @@ std::string AnnotateMessage(absl::string_view message, int attempts,
                             GiveUpReason reason) {
   const bool retry_decision =
       reason != GiveUpReason::kNone && reason != GiveUpReason::kFatal &&
-      reason != GiveUpReason::kAuth && reason != GiveUpReason::kCancelled;
+      reason != GiveUpReason::kAuth && reason != GiveUpReason::kCancelled &&
+      reason != GiveUpReason::kLocalError;
   if (attempts <= 1 && !retry_decision) return std::string(message);
   std::string out(message);
   absl::StrAppend(&out, out.empty() ? "" : " ", "[rpcguard: ", attempts,

@@ -34,6 +34,16 @@ namespace rpcguard {
 // deadline bounds waits anyway; this bounds calls without one.
 inline constexpr absl::Duration kMaxServerDelay = absl::Seconds(60);
 
+// How an attempt ended, as the interceptor saw it.
+struct AttemptEnd {
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  // The caller cancelled while it ran.
+  bool caller_cancelled = false;
+  // gRPC's client library made the failure itself (IsLocalError): the call
+  // ends at once, and the destination is told nothing.
+  bool local_error = false;
+};
+
 // What to do after an attempt.
 struct Decision {
   // kRefreshAuth: ask the credential refresher, then make one more attempt
@@ -69,15 +79,21 @@ class RetryController {
   absl::Time StartAttempt();
 
   // Records how the current attempt ended and decides what comes next.
+  Decision OnAttemptEnd(const AttemptEnd& end, const Pushback& pushback,
+                        absl::BitGenRef gen);
+  // The same for an attempt that ended with `code`, not a local error;
   // `caller_cancelled`: the caller cancelled while it ran.
   Decision OnAttemptEnd(grpc::StatusCode code, const Pushback& pushback,
-                        bool caller_cancelled, absl::BitGenRef gen);
+                        bool caller_cancelled, absl::BitGenRef gen) {
+    return OnAttemptEnd(AttemptEnd{code, caller_cancelled, false}, pushback,
+                        gen);
+  }
 
-  // How the current attempt, ended with `code`, looks to the classifier now:
-  // whether the caller's deadline or the attempt's own timeout has passed.
-  // OnAttemptEnd decides on exactly this; the glue uses it to tell the
-  // breaker before the decision.
-  AttemptOutcome OutcomeOf(grpc::StatusCode code, bool caller_cancelled) const;
+  // How the current attempt, ended as `end` says, looks to the classifier
+  // now: whether the caller's deadline or the attempt's own timeout has
+  // passed. OnAttemptEnd decides on exactly this; the glue uses it to tell
+  // the breaker before the decision.
+  AttemptOutcome OutcomeOf(const AttemptEnd& end) const;
 
   // The classifier of the policy.
   const Classifier& classifier() const { return classifier_; }
@@ -90,8 +106,7 @@ class RetryController {
   absl::Duration Remaining() const { return deadline_ - clock_->Now(); }
 
  private:
-  AttemptOutcome OutcomeAt(grpc::StatusCode code, bool caller_cancelled,
-                           absl::Time now) const;
+  AttemptOutcome OutcomeAt(const AttemptEnd& end, absl::Time now) const;
 
   const MethodPolicy& policy_;
   const Classifier classifier_;
@@ -107,7 +122,8 @@ class RetryController {
 // Appends rpcguard's account of the call to a status message:
 // "<message> [rpcguard: 3 attempts, gave up: deadline]". Returns the message
 // unchanged when there is nothing to say (one attempt, and a final status
-// that retrying could not have changed).
+// that retrying could not have changed: fatal, auth, cancelled, or an error
+// the client made itself, which stays gRPC's own).
 std::string AnnotateMessage(absl::string_view message, int attempts,
                             GiveUpReason reason);
 

@@ -28,6 +28,8 @@ bool RecordAttemptEnd(const DestinationGates& dest,
     dest.breaker->Record(*admission, AttemptResultFor(status_class, outcome));
   }
   if (dest.throttle == nullptr) return true;
+  // Not the server's answer, whatever trailers came with it.
+  if (outcome.local_error) return dest.throttle->RetryAllowed();
   if (status_class == StatusClass::kOk) {
     dest.throttle->RecordSuccess();
     return true;
@@ -94,7 +96,7 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
 
 Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
                         absl::Time deadline, Clock* clock,
-                        grpc::StatusCode code, bool caller_cancelled) {
+                        const AttemptEnd& end) {
   MethodPolicy once = policy;
   once.retry.max_attempts = 1;
   // The controller's policy must outlive it: `once` does.
@@ -102,7 +104,7 @@ Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
   controller.StartAttempt();
   // One attempt allowed: no backoff is ever drawn.
   NoRandomness none;
-  return controller.OnAttemptEnd(code, Pushback(), caller_cancelled, none);
+  return controller.OnAttemptEnd(end, Pushback(), none);
 }
 
 }  // namespace rpcguard

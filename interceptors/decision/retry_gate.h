@@ -55,9 +55,11 @@ struct DestinationGates {
 // Tells the destination how an attempt ended: the breaker records it under
 // `admission` (when there is one) as AttemptResultFor(status_class,
 // outcome); the A6 throttle counts it (a retriable failure, or the server
-// saying stop, takes a token; OK adds one back). Returns whether the
-// throttle still allows a retry. Call without holding locks of your own: a
-// breaker transition calls its listeners on this thread.
+// saying stop, takes a token; OK adds one back). An error the client made
+// itself (outcome.local_error) tells it nothing: the admission is recorded
+// as kIgnored and the throttle is left alone. Returns whether the throttle
+// still allows a retry. Call without holding locks of your own: a breaker
+// transition calls its listeners on this thread.
 bool RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
                       StatusClass status_class, const AttemptOutcome& outcome,
@@ -92,12 +94,12 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
                            const DestinationGates& dest);
 
 // The decision for a call sent once, without rpcguard owning it (CallPlan
-// kMetadataOnly, or a riding call that succeeded), that ended with `code`:
-// what a RetryController allowed one attempt would say, so that its
+// kMetadataOnly, or a riding call that succeeded), that ended as `end`
+// says: what a RetryController allowed one attempt would say, so that its
 // give-up reason matches a hijacked call's. `deadline` is the caller's.
 Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
                         absl::Time deadline, Clock* clock,
-                        grpc::StatusCode code, bool caller_cancelled);
+                        const AttemptEnd& end);
 
 }  // namespace rpcguard
 

@@ -3,6 +3,7 @@
 #include "rpcguard/decision/status_class.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -74,9 +75,23 @@ StatusCodeSet StatusCodeSet::DefaultRetriable() {
           grpc::StatusCode::ABORTED};
 }
 
+bool IsLocalError(grpc::StatusCode code, absl::string_view message) {
+  if (code == grpc::StatusCode::OK) return false;
+  if (absl::StartsWith(message,
+                       "Getting metadata from plugin failed with error: ")) {
+    return true;
+  }
+  if (code != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
+  return absl::StartsWith(message, "Sent message larger than max (") ||
+         absl::StartsWith(message, "Received message larger than max (") ||
+         absl::StartsWith(message,
+                          "received initial metadata size exceeds limit");
+}
+
 StatusClass Classifier::Classify(const AttemptOutcome& outcome) const {
   if (outcome.code == grpc::StatusCode::OK) return StatusClass::kOk;
-  if (outcome.caller_cancelled || outcome.caller_deadline_expired) {
+  if (outcome.caller_cancelled || outcome.caller_deadline_expired ||
+      outcome.local_error) {
     return StatusClass::kFatal;
   }
   if (outcome.code == grpc::StatusCode::DEADLINE_EXCEEDED) {

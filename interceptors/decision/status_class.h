@@ -7,8 +7,9 @@
 //              was unreachable, overloaded, or the transaction conflicted);
 //   kAuth      the credentials were refused: worth one more attempt only after
 //              the credentials were refreshed;
-//   kFatal     anything else: retrying would return the same answer, or the
-//              caller itself ended the call (cancel, deadline).
+//   kFatal     anything else: retrying would return the same answer, the
+//              caller itself ended the call (cancel, deadline), or the
+//              client library made the error itself (IsLocalError).
 
 #ifndef RPCGUARD_DECISION_STATUS_CLASS_H_
 #define RPCGUARD_DECISION_STATUS_CLASS_H_
@@ -74,7 +75,29 @@ struct AttemptOutcome {
   bool caller_deadline_expired = false;
   // The caller cancelled the call.
   bool caller_cancelled = false;
+  // gRPC's client library made the failure itself (IsLocalError): it says
+  // nothing about the destination.
+  bool local_error = false;
 };
+
+// Whether a failed attempt's status is one gRPC's client library makes
+// itself about the call's own request, reply or credentials, rather than
+// news of the destination's health:
+//   RESOURCE_EXHAUSTED "Sent message larger than max (...)": the request is
+//     over the channel's max send message size; it was never sent.
+//   RESOURCE_EXHAUSTED "Received message larger than max (...)": the reply
+//     is over the channel's max receive message size (the server ran the
+//     call), or the request over the server's.
+//   RESOURCE_EXHAUSTED "received initial metadata size exceeds limit...":
+//     the reply's metadata is over the channel's max metadata size (the
+//     server ran the call), or the request's over the server's.
+//   any code, "Getting metadata from plugin failed with error: ...": the
+//     call credentials' plugin failed; nothing was sent.
+// gRPC uses the same words whichever side's limit was hit; either way
+// another attempt of the same call fails the same way, and the outcome
+// says nothing about the destination. The words are gRPC 1.51's:
+// tests/local_errors_e2e_test.cc fails if a gRPC changes them.
+bool IsLocalError(grpc::StatusCode code, absl::string_view message);
 
 // Classifies attempt outcomes. Thread-compatible value type.
 //
@@ -82,13 +105,15 @@ struct AttemptOutcome {
 //   1. OK is kOk.
 //   2. The caller's cancel or deadline is kFatal, whatever the code: a call
 //      the caller gave up on is never retried.
-//   3. DEADLINE_EXCEEDED is kRetriable exactly when rpcguard's per-attempt
+//   3. An error the client made itself (local_error) is kFatal, whatever
+//      the code: another attempt would make it again.
+//   4. DEADLINE_EXCEEDED is kRetriable exactly when rpcguard's per-attempt
 //      timeout (not the caller's deadline) expired, whatever the retriable
 //      set says: the set governs statuses servers return, and a per-attempt
 //      timeout that never led to a retry would be pointless.
-//   4. Codes in the retriable set are kRetriable.
-//   5. UNAUTHENTICATED and PERMISSION_DENIED are kAuth.
-//   6. Everything else, CANCELLED included, is kFatal.
+//   5. Codes in the retriable set are kRetriable.
+//   6. UNAUTHENTICATED and PERMISSION_DENIED are kAuth.
+//   7. Everything else, CANCELLED included, is kFatal.
 class Classifier {
  public:
   // Uses the default retriable set.

@@ -93,8 +93,10 @@ absl::string_view AttemptResultName(AttemptResult result) {
 
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome) {
-  // The caller's own cancel or deadline says nothing about the server.
-  if (outcome.caller_cancelled || outcome.caller_deadline_expired) {
+  // The caller's own cancel or deadline, or an error the client made
+  // itself, says nothing about the server.
+  if (outcome.caller_cancelled || outcome.caller_deadline_expired ||
+      outcome.local_error) {
     return AttemptResult::kIgnored;
   }
   return status_class == StatusClass::kRetriable ? AttemptResult::kFailure

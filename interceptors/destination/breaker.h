@@ -25,7 +25,8 @@
 // (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, a per-attempt timeout) is a
 // failure; any other answer of the server, fatal and auth included, is a
 // success (the server is up and answering); the caller's own cancel or
-// deadline says nothing about the server and is ignored.
+// deadline, and an error the client made itself (IsLocalError), say nothing
+// about the server and are ignored.
 //
 // Open time: openTime on the first trip, doubled on each further trip
 // (a probe failing, or CLOSED tripping again within healthyPeriod of closing),
@@ -67,6 +68,9 @@
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/decision/status_class.h"
+#include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/sliding_window.h"
 
 namespace rpcguard {
 
@@ -79,15 +83,16 @@ absl::string_view BreakerStateName(BreakerState state);
 enum class AttemptResult {
   kSuccess,  // the server answered (OK, fatal or auth class)
   kFailure,  // retriable class, per-attempt timeout included
-  kIgnored,  // the caller cancelled or its deadline passed; or never sent
+  kIgnored,  // the caller cancelled or its deadline passed, the client made
+             // the error itself; or never sent
 };
 
 // Returns "success", "failure" or "ignored".
 absl::string_view AttemptResultName(AttemptResult result);
 
 // Maps a classified attempt to what the breaker records: the caller's cancel
-// or deadline is kIgnored whatever the class; kRetriable is kFailure;
-// kOk, kFatal and kAuth are kSuccess.
+// or deadline and a local error are kIgnored whatever the class; kRetriable
+// is kFailure; kOk, kFatal and kAuth are kSuccess.
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome);
 

@@ -314,10 +314,14 @@ HijackedCall::Next HijackedCall::Decide(
     pushback.min_delay = ParseRetryInfo(status.error_details());
   }
   const bool server_said_stop = pushback.kind == Pushback::Kind::kStop;
+  AttemptEnd end;
+  end.code = status.error_code();
+  end.local_error = IsLocalError(status.error_code(), status.error_message());
   AttemptOutcome outcome;
   {
     internal::MutexLock lock(&mu_);
-    outcome = controller_.OutcomeOf(status.error_code(), cancelled_);
+    end.caller_cancelled = cancelled_;
+    outcome = controller_.OutcomeOf(end);
   }
   // The destination learns of the attempt first (retry_gate.h), outside
   // mu_: a breaker transition calls listeners on this thread.
@@ -330,9 +334,9 @@ HijackedCall::Next HijackedCall::Decide(
   attempt_.reset();
   if (phase_ == Phase::kDone) return next;
   RandomBitGen gen(factory_->random());
-  const Decision d = GateRetry(
-      controller_.OnAttemptEnd(status.error_code(), pushback, cancelled_, gen),
-      throttle_allows, method_.gates());
+  end.caller_cancelled = cancelled_;
+  const Decision d = GateRetry(controller_.OnAttemptEnd(end, pushback, gen),
+                               throttle_allows, method_.gates());
   switch (d.action) {
     case Decision::Action::kRefreshAuth:
       next.kind = Next::Kind::kRefresh;

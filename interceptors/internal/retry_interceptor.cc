@@ -319,9 +319,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       return *deadline;
     };
     if (!status->ok()) {
-      const Decision d = DecideSentOnce(
-          method.resolved.policy, plan_.may_repeat, caller_deadline(),
-          factory_->clock(), status->error_code(), cancelled());
+      AttemptEnd end;
+      end.code = status->error_code();
+      end.caller_cancelled = cancelled();
+      end.local_error = IsLocalError(end.code, status->error_message());
+      const Decision d =
+          DecideSentOnce(method.resolved.policy, plan_.may_repeat,
+                         caller_deadline(), factory_->clock(), end);
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;

@@ -185,7 +185,15 @@ class FaultServer::Impl final
     reply->set_attempts_seen(attempt);
     reply->set_idempotency_key(key);
     reply->set_attempt_header(attempt_header);
-    reply->set_payload(req->payload());
+    if (req->reply_payload_bytes() > 0) {
+      reply->set_payload(std::string(req->reply_payload_bytes(), 'r'));
+    } else {
+      reply->set_payload(req->payload());
+    }
+    if (req->reply_metadata_bytes() > 0) {
+      ctx->AddInitialMetadata("fault-padding",
+                              std::string(req->reply_metadata_bytes(), 'm'));
+    }
     if (req->echo_attempt_metadata()) {
       ctx->AddInitialMetadata("fault-attempt", absl::StrCat(attempt));
       ctx->AddTrailingMetadata("fault-attempt-trailer", absl::StrCat(attempt));
