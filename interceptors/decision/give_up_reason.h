@@ -27,7 +27,7 @@ enum class GiveUpReason {
   // A call rpcguard cannot retry safely, sent once (a grpc::GenericStub
   // call whose response object is not a protobuf message).
   kUnsupportedCall,
-  kLocalError,       // the client made the error itself (IsLocalError)
+  kLocalError,  // the client made the error itself (IsLocalError)
 };
 
 // The number of GiveUpReason values (kNone included): for tables indexed by
