@@ -39,7 +39,8 @@ using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
 
 // Get retries at once; Put waits 1.6 to 2.4 s before its retry, long enough
-// for a parent's deadline or cancel to land in the backoff.
+// for a parent's deadline or cancel to land in the backoff; Charge has a
+// per-attempt timeout.
 constexpr char kConfig[] = R"json({"methodConfig": [
   {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"}],
    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.02s",
@@ -50,14 +51,22 @@ constexpr char kConfig[] = R"json({"methodConfig": [
    "retryPolicy": {"maxAttempts": 3, "initialBackoff": "2s",
                    "maxBackoff": "2s", "backoffMultiplier": 2,
                    "retryableStatusCodes": ["UNAVAILABLE"]},
-   "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json";
+   "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Charge"}],
+   "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.02s",
+                   "maxBackoff": "0.05s", "backoffMultiplier": 2,
+                   "retryableStatusCodes": ["UNAVAILABLE"]},
+   "rpcguard": {"idempotency": "KEYED", "perAttemptTimeout": "2s"}}]})json";
 
 constexpr char kAuthority[] = "fault.example.test";
 
-std::shared_ptr<grpc::Channel> GuardedChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> GuardedChannel(
+    const std::string& target, std::shared_ptr<TraceSink> sink = nullptr) {
   Options options;
   options.config = *Config::FromJson(kConfig);
-  options.trace_verbosity = TraceVerbosity::kOff;
+  options.trace_verbosity =
+      sink == nullptr ? TraceVerbosity::kOff : TraceVerbosity::kAll;
+  options.trace_sink = std::move(sink);
   auto channel =
       CreateChannel(target, grpc::InsecureChannelCredentials(), options);
   EXPECT_TRUE(channel.ok()) << channel.status();
@@ -227,7 +236,8 @@ TEST_P(CallerContextE2ETest, PeerIsTheChannelTargetOrAttemptOnesPeer) {
 
 // A middle tier: a sync FaultService server that forwards each call to the
 // backend through rpcguard, with ClientContext::FromServerContext and the
-// stub API under test, and records how the forwarded call ended.
+// stub API under test, and records how the forwarded call ended and the
+// trace events of its attempts.
 class Middle final : public FaultService::Service {
  public:
   struct Result {
@@ -235,10 +245,17 @@ class Middle final : public FaultService::Service {
     absl::Duration took;
   };
 
-  Middle(const std::string& backend, StubKind kind)
-      : channel_(GuardedChannel(backend)),
+  // `copy_deadline`: also set the server call's deadline on the forwarded
+  // call's context, as the README suggests.
+  Middle(const std::string& backend, StubKind kind, bool copy_deadline)
+      : channel_(GuardedChannel(backend, std::make_shared<CallbackSink>(
+                                             [this](const TraceEvent& e) {
+                                               absl::MutexLock lock(&mu_);
+                                               events_.push_back(e);
+                                             }))),
         stub_(FaultService::NewStub(channel_)),
-        kind_(kind) {
+        kind_(kind),
+        copy_deadline_(copy_deadline) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port_);
@@ -260,6 +277,11 @@ class Middle final : public FaultService::Service {
     return result_;
   }
 
+  std::vector<TraceEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
   grpc::Status Get(grpc::ServerContext* ctx, const FaultRequest* req,
                    FaultReply* reply) override {
     return Forward(Method::kGet, ctx, req, reply);
@@ -268,12 +290,17 @@ class Middle final : public FaultService::Service {
                    FaultReply* reply) override {
     return Forward(Method::kPut, ctx, req, reply);
   }
+  grpc::Status Charge(grpc::ServerContext* ctx, const FaultRequest* req,
+                      FaultReply* reply) override {
+    return Forward(Method::kCharge, ctx, req, reply);
+  }
 
  private:
   grpc::Status Forward(Method m, grpc::ServerContext* ctx,
                        const FaultRequest* req, FaultReply* reply) {
     std::unique_ptr<grpc::ClientContext> down =
         grpc::ClientContext::FromServerContext(*ctx);
+    if (copy_deadline_) down->set_deadline(ctx->deadline());
     const absl::Time start = absl::Now();
     const grpc::Status s =
         StartCall(kind_, stub_.get(), m, down.get(), *req, reply)->Wait();
@@ -288,10 +315,12 @@ class Middle final : public FaultService::Service {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<FaultService::Stub> stub_;
   const StubKind kind_;
+  const bool copy_deadline_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   Result result_ ABSL_GUARDED_BY(mu_);
+  std::vector<TraceEvent> events_ ABSL_GUARDED_BY(mu_);
   absl::Notification done_;
 };
 
@@ -299,7 +328,14 @@ class ParentCallE2ETest : public CallerContextE2ETest {
  protected:
   void SetUp() override {
     CallerContextE2ETest::SetUp();
-    middle_ = std::make_unique<Middle>(backend_.address(), GetParam());
+    StartMiddle(/*copy_deadline=*/false);
+  }
+
+  void StartMiddle(bool copy_deadline) {
+    upstream_.reset();
+    middle_.reset();
+    middle_ =
+        std::make_unique<Middle>(backend_.address(), GetParam(), copy_deadline);
     upstream_ = FaultService::NewStub(grpc::CreateChannel(
         middle_->address(), grpc::InsecureChannelCredentials()));
   }
@@ -336,7 +372,7 @@ class ParentCallE2ETest : public CallerContextE2ETest {
 
 TEST_P(ParentCallE2ETest, ParentDeadlineEndsAnAttempt) {
   FaultRequest req = Request("parent-deadline-attempt");
-  req.set_delay_ms(3000);
+  req.set_delay_ms(2000);
   const absl::Time upstream_deadline = absl::Now() + absl::Milliseconds(500);
   const Middle::Result r = Upstream(Method::kGet, req, absl::Milliseconds(500),
                                     absl::InfiniteDuration());
@@ -356,12 +392,56 @@ TEST_P(ParentCallE2ETest, ParentDeadlineEndsABackoff) {
   EXPECT_TRUE(EndedByParent(r.status))
       << r.status.error_code() << ": " << r.status.error_message();
   EXPECT_LT(r.took, absl::Milliseconds(1200));
+  // A limit (README, Limits): rpcguard cannot read the parent's deadline,
+  // so it waits into it rather than give up at once on a backoff that
+  // cannot fit.
+  EXPECT_GT(r.took, absl::Milliseconds(400));
   EXPECT_EQ(backend_.Op(req.op_id()).attempts, 1);
+}
+
+// The README's way around that limit: the parent's deadline set on the
+// context too is the retry budget like any caller's deadline.
+TEST_P(ParentCallE2ETest, ParentDeadlineSetOnTheContextIsTheRetryBudget) {
+  StartMiddle(/*copy_deadline=*/true);
+  FaultRequest req = Request("parent-deadline-copied");
+  req.set_fail_first(1);
+  const Middle::Result r = Upstream(Method::kPut, req, absl::Milliseconds(500),
+                                    absl::InfiniteDuration());
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "gave up: deadline"))
+      << r.status.error_message();
+  EXPECT_LT(r.took, absl::Milliseconds(300));
+  EXPECT_EQ(backend_.Op(req.op_id()).attempts, 1);
+}
+
+// A limit (README, Limits): an attempt that the parent's deadline ends with
+// DEADLINE_EXCEEDED looks like any; with a per-attempt timeout, like that
+// timeout, so rpcguard decides a retry, which the ended parent then stops.
+TEST_P(ParentCallE2ETest, ParentDeadlineDuringAnAttemptReadsAsItsTimeout) {
+  FaultRequest req = Request("parent-deadline-per-attempt");
+  req.set_delay_ms(2000);
+  const Middle::Result r = Upstream(
+      Method::kCharge, req, absl::Milliseconds(500), absl::InfiniteDuration());
+  EXPECT_TRUE(EndedByParent(r.status))
+      << r.status.error_code() << ": " << r.status.error_message();
+  EXPECT_LT(r.took, absl::Milliseconds(1200));
+  EXPECT_EQ(backend_.Op(req.op_id()).attempts, 1);
+  const std::vector<TraceEvent> events = middle_->events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].attempt, 1);
+  // Core ends the attempt by its own deadline timer or by the parent's
+  // cancel, whichever fires first; only the first reads as a timeout.
+  if (events[0].code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    EXPECT_EQ(events[0].decision, TraceDecision::kRetry);
+  } else {
+    EXPECT_EQ(events[0].code, grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(events[0].decision, TraceDecision::kGiveUp);
+  }
 }
 
 TEST_P(ParentCallE2ETest, ParentCancelEndsAnAttempt) {
   FaultRequest req = Request("parent-cancel-attempt");
-  req.set_delay_ms(3000);
+  req.set_delay_ms(2000);
   const Middle::Result r =
       Upstream(Method::kGet, req, absl::Seconds(10), absl::Milliseconds(300));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED)
