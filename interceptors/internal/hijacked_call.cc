@@ -110,6 +110,8 @@ void HijackedCall::Cancel() {
     internal::MutexLock lock(&mu_);
     if (cancelled_ || phase_ == Phase::kDone) return;
     cancelled_ = true;
+    cancel_status_ = CancelledByCaller();
+    cancel_reason_ = GiveUpReason::kCancelled;
     cancel_alarm_ = std::make_unique<grpc::Alarm>();
   }
   std::weak_ptr<HijackedCall> weak = weak_from_this();
@@ -183,7 +185,7 @@ void HijackedCall::StartAttempt() {
           ended = true;
           break;
         case GiveUpReason::kCancelled:
-          ending = FinishLocked(CancelledByCaller(), refused, nullptr);
+          ending = FinishLocked(cancel_status_, cancel_reason_, nullptr);
           ended = true;
           break;
         case GiveUpReason::kBudgetExhausted:
@@ -261,6 +263,9 @@ void HijackedCall::PrepareContext(grpc::ClientContext& ctx,
     ctx.set_compression_algorithm(setup_.compression);
   }
   if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
+  // After the config's waitForReady: the caller's own choice wins over it,
+  // as over a service config's in gRPC.
+  ApplyCallerSettings(setup_.caller, &ctx);
   for (const auto& kv : setup_.metadata) {
     if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
     ctx.AddMetadata(kv.first, kv.second);
@@ -354,11 +359,12 @@ HijackedCall::Next HijackedCall::Decide(
       break;
     case Decision::Action::kDone:
     case Decision::Action::kGiveUp: {
-      const grpc::Status final =
-          cancelled_ && !status.ok() ? CancelledByCaller() : status;
+      const bool by_cancel = cancelled_ && !status.ok();
       next.kind = Next::Kind::kConclude;
-      next.ending = FinishLocked(final, d.reason, attempt.get(),
-                                 TraceEvent::Kind::kAttempt, d.status_class);
+      next.ending =
+          FinishLocked(by_cancel ? cancel_status_ : status,
+                       by_cancel ? cancel_reason_ : d.reason, attempt.get(),
+                       TraceEvent::Kind::kAttempt, d.status_class);
       return next;
     }
   }
@@ -375,6 +381,7 @@ HijackedCall::Next HijackedCall::Decide(
 }
 
 void HijackedCall::Continue(Next& next, const grpc::Status& status) {
+  WatchParent();
   TraceEvent& event = next.event;
   event.time = factory_->clock()->Now();
   event.call_id = call_id_;
@@ -438,8 +445,7 @@ void HijackedCall::EndRefresh(absl::StatusOr<RefreshedCredentials> result) {
         result.status().code() == absl::StatusCode::kDeadlineExceeded &&
         result.status().message().empty();
     if (cancelled_) {
-      ending =
-          FinishLocked(CancelledByCaller(), GiveUpReason::kCancelled, nullptr);
+      ending = FinishLocked(cancel_status_, cancel_reason_, nullptr);
     } else if (timed_out) {
       ending = FinishLocked(last_status_, GiveUpReason::kDeadline,
                             last_attempt_.get());
@@ -498,6 +504,52 @@ void HijackedCall::DoCancel() {
   if (alarm) alarm->Cancel();
 }
 
+void HijackedCall::WatchParent() {
+  if (setup_.caller.parent == nullptr) return;
+  {
+    internal::MutexLock lock(&mu_);
+    if (parent_watched_) return;
+    parent_watched_ = true;
+  }
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  std::shared_ptr<ParentWatch> watch = ParentWatch::Start(
+      setup_.core_channel, setup_.caller.parent,
+      setup_.caller.propagation.c_bitmask(), [weak](grpc::StatusCode code) {
+        if (auto self = weak.lock()) self->OnParentEnded(code);
+      });
+  if (watch == nullptr) return;
+  bool done;
+  {
+    internal::MutexLock lock(&mu_);
+    done = phase_ == Phase::kDone;
+    if (!done) parent_watch_ = watch;
+  }
+  if (done) watch->Stop();
+}
+
+void HijackedCall::OnParentEnded(grpc::StatusCode code) {
+  {
+    internal::MutexLock lock(&mu_);
+    if (cancelled_ || phase_ == Phase::kDone) return;
+    cancelled_ = true;
+    if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      cancel_status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                    "the parent call's deadline passed");
+      cancel_reason_ = GiveUpReason::kDeadline;
+    } else {
+      // At its deadline core cancels the parent too, which may reach the
+      // watch before the watch's own deadline does.
+      cancel_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                    "the parent call ended: cancelled, or its "
+                                    "deadline passed");
+      cancel_reason_ = GiveUpReason::kCancelled;
+    }
+  }
+  // On the watch's own gRPC thread, which holds no lock of the
+  // application's call: no need to defer, as Cancel() must.
+  DoCancel();
+}
+
 HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
                                                 GiveUpReason reason,
                                                 Attempt* last,
@@ -535,6 +587,10 @@ HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
                  &out->initial_metadata);
     CopyMetadata(last->context->GetServerTrailingMetadata(),
                  &out->trailing_metadata);
+    // Before the application's call completes, which is when it may read.
+    if (setup_.app_context != nullptr) {
+      DescribeFinalAttempt(*last->context, setup_.app_context);
+    }
     // Everything needed is copied: let the attempt's context (and its
     // channel reference) go now, while the application's call still holds
     // the channel (see Attempt::context).
@@ -545,10 +601,12 @@ HijackedCall::Ending HijackedCall::FinishLocked(const grpc::Status& status,
   Ending ending;
   ending.outcome = out;
   ending.batches.swap(parked_);
+  ending.parent_watch = std::move(parent_watch_);
   return ending;
 }
 
 void HijackedCall::Conclude(const Ending& ending) {
+  if (ending.parent_watch != nullptr) ending.parent_watch->Stop();
   const FinalOutcome& outcome = *ending.outcome;
   TraceEvent e = outcome.terminal;
   e.time = factory_->clock()->Now();

@@ -30,7 +30,16 @@
 //
 // RideFirstAttempt enters at kAttempting. A caller's cancel is a flag, not
 // a phase: it stops whatever runs (the attempt, the backoff alarm, the
-// refresh), and that completion then ends the call as cancelled.
+// refresh), and that completion then ends the call as cancelled. The end of
+// a parent call (ClientContext::FromServerContext) is the same flag: core
+// ends each attempt with its parent, and from the first backoff on a
+// ParentWatch tells the call when the parent is cancelled or its deadline
+// passes, which then ends it with CANCELLED or DEADLINE_EXCEEDED.
+//
+// Every attempt's context carries what the caller set on its own
+// (CallerSettings: authority, wait-for-ready, parent call, census), and
+// the caller's context is left describing the final attempt
+// (auth_context(), debug_error_string()); see grpc_1_51_context.h.
 //
 // Concurrency and lifetime:
 //  - The call is shared (std::shared_ptr) by the interceptor and, while an
@@ -66,7 +75,9 @@
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/internal/factory_state.h"
 #include "rpcguard/internal/final_outcome.h"
+#include "rpcguard/internal/grpc_1_51_context.h"
 #include "rpcguard/internal/mutex.h"
+#include "rpcguard/internal/parent_watch.h"
 
 namespace rpcguard {
 namespace internal {
@@ -87,6 +98,12 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
     // The caller's deadline exactly as set: attempts never outlive it.
     gpr_timespec raw_deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
+    // What else the caller set, for every attempt.
+    CallerSettings caller;
+    // The application's context, left describing the final attempt; and
+    // the core channel, to watch a parent call (null without one).
+    grpc::ClientContext* app_context = nullptr;
+    grpc_channel* core_channel = nullptr;
   };
 
   // `deadline` is the caller's; `may_repeat` whether the call is safe to
@@ -162,6 +179,7 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   struct Ending {
     const FinalOutcome* outcome = nullptr;  // final_, now immutable
     Batches batches;
+    std::shared_ptr<ParentWatch> parent_watch;  // to stop
   };
 
   // What Decide concluded, and what its caller does next.
@@ -204,6 +222,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The deferred half of Cancel(): stops whatever is running.
   void DoCancel() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts watching the caller's parent call, if it has one, before the
+  // first backoff or refresh: no attempt runs then to end with it.
+  void WatchParent() ABSL_LOCKS_EXCLUDED(mu_);
+  // The parent call ended (ParentWatch), with `code`: the call ends with it.
+  void OnParentEnded(grpc::StatusCode code) ABSL_LOCKS_EXCLUDED(mu_);
   // Fills in the attempt's context from the caller's (Setup), the refreshed
   // credentials and rpcguard's metadata.
   void PrepareContext(grpc::ClientContext& ctx, const Attempt& attempt,
@@ -235,6 +258,9 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   internal::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kStarting;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // What a cancel ends the call with: the caller's, or its parent's end.
+  grpc::Status cancel_status_ ABSL_GUARDED_BY(mu_);
+  GiveUpReason cancel_reason_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kCancelled;
   RetryController controller_ ABSL_GUARDED_BY(mu_);
   // The attempt of kSending and kAttempting.
   std::shared_ptr<Attempt> attempt_ ABSL_GUARDED_BY(mu_);
@@ -259,6 +285,10 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   std::unique_ptr<grpc::Alarm> cancel_alarm_;
   // Ends a refresh at the deadline; created before the refresher is asked.
   std::unique_ptr<grpc::Alarm> refresh_alarm_;
+  // Watches the caller's parent call once a backoff or refresh has begun;
+  // stopped when the call is decided.
+  bool parent_watched_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ParentWatch> parent_watch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal

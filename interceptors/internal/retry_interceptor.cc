@@ -25,6 +25,7 @@
 #include "rpcguard/decision/call_plan.h"
 #include "rpcguard/decision/retry_gate.h"
 #include "rpcguard/internal/deadline.h"
+#include "rpcguard/internal/grpc_1_51_context.h"
 #include "rpcguard/internal/grpc_1_51_probes.h"
 #include "rpcguard/internal/hijacked_call.h"
 #include "rpcguard/internal/mutex.h"
@@ -271,6 +272,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
     setup.raw_deadline = app->raw_deadline();
+    setup.caller = ReadCallerSettings(*app);
+    setup.app_context = app;
+    if (setup.caller.parent != nullptr) {
+      setup.core_channel = CoreChannel(info_->channel());
+    }
     return call;
   }
 

@@ -153,6 +153,9 @@ class FaultServer::Impl final
       op.keys.push_back(key);
       op.attempt_headers.push_back(attempt_header);
       op.arrivals.push_back(absl::Now());
+      const grpc::string_ref authority = ctx->ExperimentalGetAuthority();
+      op.authorities.emplace_back(authority.data(), authority.size());
+      op.deadlines.push_back(absl::FromChrono(ctx->deadline()));
       unauthenticated =
           !req->require_token().empty() &&
           Header(ctx, "authorization") != "Bearer " + req->require_token();

@@ -29,6 +29,8 @@ struct OpRecord {
   std::vector<std::string> keys;             // idempotency-key per attempt
   std::vector<std::string> attempt_headers;  // rpcguard-attempt per attempt
   std::vector<absl::Time> arrivals;          // when each attempt arrived
+  std::vector<std::string> authorities;      // :authority per attempt
+  std::vector<absl::Time> deadlines;  // each attempt's deadline as received
   int side_effects = 0;  // Create/Charge side effects actually applied
 };
 

@@ -1,8 +1,9 @@
 // Copyright rpcguard authors.
 //
-// One unary call of the test FaultService through any of gRPC's three stub
-// APIs (sync, CQ-async, callback), started without waiting for it: end-to-end
-// tests run each case once per API.
+// One unary call of the test FaultService through any of gRPC's stub APIs
+// (sync, CQ-async, callback with a function or with a ClientUnaryReactor),
+// started without waiting for it: end-to-end tests run each case once per
+// API.
 
 #ifndef RPCGUARD_TESTS_TESTING_STUB_CALLS_H_
 #define RPCGUARD_TESTS_TESTING_STUB_CALLS_H_
@@ -24,7 +25,7 @@ using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
 
-enum class StubKind { kSync, kAsync, kCallback };
+enum class StubKind { kSync, kAsync, kCallback, kReactor };
 enum class Method { kGet, kPut, kCharge, kCreate };
 
 inline std::string KindName(StubKind k) {
@@ -35,6 +36,8 @@ inline std::string KindName(StubKind k) {
       return "Async";
     case StubKind::kCallback:
       return "Callback";
+    case StubKind::kReactor:
+      return "Reactor";
   }
   return "";
 }
@@ -150,6 +153,44 @@ class CallbackCall final : public PendingCall {
   grpc::Status status_;
 };
 
+// The callback API with a reactor rather than a function.
+class ReactorCall final : public PendingCall, public grpc::ClientUnaryReactor {
+ public:
+  ReactorCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
+              const FaultRequest& req, FaultReply* reply)
+      : req_(req) {
+    auto* async = stub->async();
+    switch (m) {
+      case Method::kGet:
+        async->Get(ctx, &req_, reply, this);
+        break;
+      case Method::kPut:
+        async->Put(ctx, &req_, reply, this);
+        break;
+      case Method::kCharge:
+        async->Charge(ctx, &req_, reply, this);
+        break;
+      case Method::kCreate:
+        async->Create(ctx, &req_, reply, this);
+        break;
+    }
+    StartCall();
+  }
+  void OnDone(const grpc::Status& s) override {
+    status_ = s;
+    done_.Notify();
+  }
+  grpc::Status Wait() override {
+    done_.WaitForNotification();
+    return status_;
+  }
+
+ private:
+  FaultRequest req_;
+  absl::Notification done_;
+  grpc::Status status_;
+};
+
 // Starts `m` through the `kind` API; `ctx`, `req` and `reply` must outlive
 // Wait().
 inline std::unique_ptr<PendingCall> StartCall(
@@ -162,6 +203,8 @@ inline std::unique_ptr<PendingCall> StartCall(
       return std::make_unique<AsyncCall>(stub, m, ctx, req, reply);
     case StubKind::kCallback:
       return std::make_unique<CallbackCall>(stub, m, ctx, req, reply);
+    case StubKind::kReactor:
+      return std::make_unique<ReactorCall>(stub, m, ctx, req, reply);
   }
   return nullptr;
 }

@@ -1,0 +1,340 @@
+// Copyright rpcguard authors.
+//
+// What rpcguard reads and writes of gRPC 1.51's ClientContext beyond the
+// public API (internal/grpc_1_51_context.h), and the watch on a parent call
+// (internal/parent_watch.h), against real calls on a real server. These
+// tests are meant to break loudly when gRPC changes: re-check each member's
+// meaning in the new version's client_context.h and channel_cc.cc, then
+// extend the version gate. What the members do for a call end to end is in
+// tests/caller_context_e2e_test.cc.
+
+#include "rpcguard/internal/grpc_1_51_context.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grpc/support/alloc.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/version_info.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/internal/parent_watch.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+using ::rpcguard::testing::v1::FaultService;
+
+TEST(ContextAccessVersionTest, WrittenForThisGrpc) {
+  EXPECT_TRUE(ContextAccessKnowsThisGrpc())
+      << "rpcguard reaches ClientContext's private members only on gRPC "
+         "1.51; this build uses "
+      << grpc::Version()
+      << ". Hijacked attempts now lose the caller's authority, "
+         "wait-for-ready and parent call, and auth_context() and "
+         "debug_error_string() say nothing of them: re-check "
+         "interceptors/internal/grpc_1_51_context.cc for this version and "
+         "extend its version gate.";
+}
+
+TEST(ContextAccessTest, ReadsNothingFromAFreshContext) {
+  grpc::ClientContext ctx;
+  const CallerSettings s = ReadCallerSettings(ctx);
+  EXPECT_EQ(s.authority, "");
+  EXPECT_FALSE(s.wait_for_ready.has_value());
+  EXPECT_EQ(s.parent, nullptr);
+  EXPECT_EQ(s.census, nullptr);
+}
+
+TEST(ContextAccessTest, ReadsWhatThePublicSettersWrote) {
+  for (bool wait : {false, true}) {
+    grpc::ClientContext ctx;
+    ctx.set_authority("svc.example.test");
+    ctx.set_wait_for_ready(wait);
+    const CallerSettings s = ReadCallerSettings(ctx);
+    EXPECT_EQ(s.authority, "svc.example.test");
+    EXPECT_EQ(s.wait_for_ready, std::optional<bool>(wait));
+  }
+  grpc::ClientContext fail_fast;
+  fail_fast.set_fail_fast(true);
+  EXPECT_EQ(ReadCallerSettings(fail_fast).wait_for_ready,
+            std::optional<bool>(false));
+}
+
+TEST(ContextAccessTest, AppliedSettingsReadBack) {
+  grpc::ClientContext from;
+  from.set_authority("svc.example.test");
+  from.set_wait_for_ready(true);
+  CallerSettings s = ReadCallerSettings(from);
+  // Any non-null pointer: only compared, never used.
+  s.parent = reinterpret_cast<grpc_call*>(&from);
+  s.propagation = grpc::PropagationOptions().disable_deadline_propagation();
+  grpc::ClientContext to;
+  ApplyCallerSettings(s, &to);
+  const CallerSettings back = ReadCallerSettings(to);
+  EXPECT_EQ(back.authority, s.authority);
+  EXPECT_EQ(back.wait_for_ready, s.wait_for_ready);
+  EXPECT_EQ(back.parent, s.parent);
+  EXPECT_EQ(back.propagation.c_bitmask(), s.propagation.c_bitmask());
+}
+
+TEST(ContextAccessTest, CoreChannelIsTheChannelsOwn) {
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  grpc_channel* core = CoreChannel(channel.get());
+  ASSERT_NE(core, nullptr);
+  char* target = grpc_channel_get_target(core);
+  EXPECT_STREQ(target, "127.0.0.1:1");
+  gpr_free(target);
+}
+
+// A FaultService server whose Get runs `handler` and finishes when told.
+class ParentServer final : public FaultService::CallbackService {
+ public:
+  using Handler = std::function<void(grpc::CallbackServerContext*,
+                                     grpc::ServerUnaryReactor*)>;
+
+  explicit ParentServer(Handler handler) : handler_(std::move(handler)) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = FaultService::NewStub(channel_);
+  }
+  ~ParentServer() override {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+    server_->Wait();
+  }
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx,
+                                const FaultRequest*, FaultReply*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    handler_(ctx, reactor);
+    return reactor;
+  }
+
+  FaultService::Stub* stub() { return stub_.get(); }
+
+ private:
+  Handler handler_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<FaultService::Stub> stub_;
+};
+
+TEST(ContextAccessTest, ReadsTheParentOfFromServerContext) {
+  absl::Mutex mu;
+  grpc_call* server_call = nullptr;
+  CallerSettings seen;
+  const grpc::PropagationOptions options =
+      grpc::PropagationOptions().disable_deadline_propagation();
+  ParentServer server([&](grpc::CallbackServerContext* ctx,
+                          grpc::ServerUnaryReactor* reactor) {
+    auto child = grpc::ClientContext::FromCallbackServerContext(*ctx, options);
+    {
+      absl::MutexLock lock(&mu);
+      server_call = ctx->c_call();
+      seen = ReadCallerSettings(*child);
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  grpc::ClientContext ctx;
+  FaultReply reply;
+  ASSERT_TRUE(server.stub()->Get(&ctx, FaultRequest(), &reply).ok());
+  absl::MutexLock lock(&mu);
+  ASSERT_NE(server_call, nullptr);
+  EXPECT_EQ(seen.parent, server_call);
+  EXPECT_EQ(seen.propagation.c_bitmask(), options.c_bitmask());
+}
+
+TEST(ContextAccessTest, DescribeFinalAttemptSetsWhatTheCallerReads) {
+  ParentServer server(
+      [](grpc::CallbackServerContext*, grpc::ServerUnaryReactor* reactor) {
+        reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no"));
+      });
+  grpc::ClientContext attempt;
+  FaultReply reply;
+  ASSERT_FALSE(server.stub()->Get(&attempt, FaultRequest(), &reply).ok());
+  ASSERT_FALSE(attempt.debug_error_string().empty());
+  grpc::ClientContext caller;  // never used for a call, as a hijacked one
+  DescribeFinalAttempt(attempt, &caller);
+  EXPECT_EQ(caller.auth_context(), attempt.auth_context());
+  EXPECT_EQ(caller.debug_error_string(), attempt.debug_error_string());
+}
+
+// A TCP port that accepts connections and counts them, to see a channel
+// open none.
+class Listener {
+ public:
+  Listener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    fcntl(fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~Listener() { close(fd_); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // Whether any connection is waiting to be accepted.
+  bool Connected() {
+    const int conn = accept(fd_, nullptr, nullptr);
+    if (conn < 0) return false;
+    close(conn);
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// How a watch ended.
+struct Ended {
+  absl::Notification done;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  absl::Time at;
+};
+
+// Watches the parent, a call to the fixture's server made with `upstream_`,
+// on `channel`; the parent call finishes once the watch has ended.
+class WatchTest : public ::testing::Test {
+ protected:
+  void Watch(grpc::Channel* channel, grpc::PropagationOptions options,
+             std::shared_ptr<ParentWatch>* watch, Ended* ended) {
+    server_ =
+        std::make_unique<ParentServer>([=](grpc::CallbackServerContext* ctx,
+                                           grpc::ServerUnaryReactor* reactor) {
+          auto child =
+              grpc::ClientContext::FromCallbackServerContext(*ctx, options);
+          const CallerSettings s = ReadCallerSettings(*child);
+          *watch = ParentWatch::Start(CoreChannel(channel), s.parent,
+                                      s.propagation.c_bitmask(),
+                                      [=](grpc::StatusCode code) {
+                                        ended->code = code;
+                                        ended->at = absl::Now();
+                                        ended->done.Notify();
+                                        reactor->Finish(grpc::Status::OK);
+                                      });
+          started_.Notify();
+        });
+    upstream_done_ = std::make_unique<absl::Notification>();
+    server_->stub()->async()->Get(
+        &upstream_, &request_, &reply_,
+        [this](grpc::Status) { upstream_done_->Notify(); });
+    started_.WaitForNotification();
+  }
+
+  void TearDown() override {
+    if (upstream_done_) upstream_done_->WaitForNotification();
+  }
+
+  std::unique_ptr<ParentServer> server_;
+  grpc::ClientContext upstream_;  // outlives the call: TearDown waits for it
+  absl::Notification started_;
+  std::unique_ptr<absl::Notification> upstream_done_;
+  FaultRequest request_;
+  FaultReply reply_;
+};
+
+TEST_F(WatchTest, EndsWhenTheParentIsCancelledAndSendsNothing) {
+  Listener listener;
+  auto channel = grpc::CreateChannel(listener.address(),
+                                     grpc::InsecureChannelCredentials());
+  std::shared_ptr<ParentWatch> watch;
+  Ended ended;
+  upstream_.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
+  ASSERT_NE(watch, nullptr);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(ended.done.HasBeenNotified());
+  const absl::Time cancelled = absl::Now();
+  upstream_.TryCancel();
+  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(ended.code, grpc::StatusCode::CANCELLED);
+  EXPECT_LT(ended.at - cancelled, absl::Milliseconds(200));
+  // Not a byte, not even a connection: the channel never left IDLE.
+  EXPECT_FALSE(listener.Connected());
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_IDLE);
+}
+
+TEST_F(WatchTest, EndsAtTheParentsDeadline) {
+  Listener listener;
+  auto channel = grpc::CreateChannel(listener.address(),
+                                     grpc::InsecureChannelCredentials());
+  std::shared_ptr<ParentWatch> watch;
+  Ended ended;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
+  upstream_.set_deadline(absl::ToChronoTime(deadline));
+  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
+  ASSERT_NE(watch, nullptr);
+  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  // Its own deadline timer, or the parent's cancel at the same deadline.
+  EXPECT_TRUE(ended.code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+              ended.code == grpc::StatusCode::CANCELLED)
+      << ended.code;
+  EXPECT_GE(ended.at, deadline - absl::Milliseconds(5));
+  EXPECT_LT(ended.at, deadline + absl::Milliseconds(200));
+  EXPECT_FALSE(listener.Connected());
+}
+
+TEST_F(WatchTest, StopEndsIt) {
+  Listener listener;
+  auto channel = grpc::CreateChannel(listener.address(),
+                                     grpc::InsecureChannelCredentials());
+  std::shared_ptr<ParentWatch> watch;
+  Ended ended;
+  upstream_.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
+  ASSERT_NE(watch, nullptr);
+  watch->Stop();
+  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(ended.code, grpc::StatusCode::CANCELLED);
+  watch.reset();
+  EXPECT_FALSE(listener.Connected());
+}
+
+TEST(ParentWatchTest, NothingToWatchWithoutDeadlineOrCancelPropagation) {
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  grpc::ClientContext any;  // its address stands for a call: never used
+  EXPECT_EQ(ParentWatch::Start(
+                CoreChannel(channel.get()), reinterpret_cast<grpc_call*>(&any),
+                GRPC_PROPAGATE_CENSUS_STATS_CONTEXT, [](grpc::StatusCode) {}),
+            nullptr);
+  EXPECT_EQ(
+      ParentWatch::Start(CoreChannel(channel.get()), nullptr,
+                         GRPC_PROPAGATE_DEFAULTS, [](grpc::StatusCode) {}),
+      nullptr);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rpcguard
