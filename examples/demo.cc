@@ -22,8 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "rpcguard/rpcguard.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
 
 namespace {

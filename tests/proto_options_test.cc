@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "rpcguard/config.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
+#include "rpcguard/config.h"
 
 namespace rpcguard {
 namespace {
