@@ -13,7 +13,8 @@
 // invariants below, and the driver prints what it checked.
 //
 // Invariants, over every call:
-//  1. no call completes more than 20 ms after its deadline. rpcguard's own
+//  1. no call completes more than 20 ms after its deadline (150 ms under
+//     AddressSanitizer, see kLateBound). rpcguard's own
 //     part is checked exactly (no attempt gets a deadline later than its
 //     call's); lateness beyond 20 ms is excused only where a measured cause
 //     outside rpcguard accounts for it (the test process was not scheduled,
@@ -92,7 +93,26 @@ using ::rpcguard::testing::v1::StatsRequest;
 // ---------------------------------------------------------------------------
 // Bounds.
 
+// End to end, a call completes at most this long after its deadline.
+// AddressSanitizer slows gRPC's own threads enough that a completion rpcguard
+// delivered well before the deadline can reach the application tens of
+// milliseconds late with no stall the test can measure (seen with the code
+// before and after rpcguard's restructuring alike: an attempt OK 231 ms
+// before the deadline, seen by the caller 49 ms after it). Under ASan the
+// bound is therefore looser; rpcguard's own part (no attempt deadline past
+// the call's) stays exact in every build, and the plain build keeps 20 ms.
+#if defined(__SANITIZE_ADDRESS__)
+#define RPCGUARD_CHAOS_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RPCGUARD_CHAOS_UNDER_ASAN 1
+#endif
+#endif
+#ifdef RPCGUARD_CHAOS_UNDER_ASAN
+constexpr absl::Duration kLateBound = absl::Milliseconds(150);
+#else
 constexpr absl::Duration kLateBound = absl::Milliseconds(20);
+#endif
 // An attempt may start just after the cancel when rpcguard had decided to
 // start it before the cancel arrived (the two cross on different threads);
 // rpcguard cancels such an attempt at once. So an attempt that starts after
@@ -1025,7 +1045,8 @@ int64_t Chaos::CheckAndReport() {
       if (examples.size() < 5) examples.push_back(std::move(what));
     }
   };
-  Check late{"deadline + 20 ms"};
+  Check late{absl::StrCat("deadline + ", absl::ToInt64Milliseconds(kLateBound),
+                          " ms")};
   Check attempt_deadline{"attempt deadline <= call deadline"};
   Check cancel{"no attempt after cancel"};
   Check create{"Create never twice"};
