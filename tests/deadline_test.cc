@@ -79,6 +79,19 @@ TEST(DeadlineTest, CallerDeadlineOnTheInjectedClock) {
   EXPECT_GT(left, absl::Seconds(2) - absl::FromChrono(kSlack));
 }
 
+TEST(DeadlineTest, TheWallClockIsInjectedToo) {
+  FakeClock clock;                                       // decisions
+  FakeClock wall(absl::FromUnixSeconds(2'000'000'000));  // gRPC's clock
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(wall.Now() + absl::Seconds(2)));
+  // Exact: no real clock is read.
+  EXPECT_EQ(CallerDeadline(ctx, &clock, &wall), clock.Now() + absl::Seconds(2));
+  EXPECT_EQ(ToSystemTime(clock.Now() + absl::Seconds(3), &clock, &wall),
+            absl::ToChronoTime(wall.Now() + absl::Seconds(3)));
+  wall.Advance(absl::Seconds(1));
+  EXPECT_EQ(CallerDeadline(ctx, &clock, &wall), clock.Now() + absl::Seconds(1));
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace rpcguard
