@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,11 +139,95 @@ TEST(RetryBudgetTest, RatioOfFirstAttempts) {
   EXPECT_FALSE(budget->TryAcquireRetry());
 }
 
-TEST(RetryBudgetTest, RatioPlusFloor) {
+// The floor is a minimum under the ratio, not added to it: with traffic,
+// retries stay within the ratio.
+TEST(RetryBudgetTest, FloorIsAMinimumNotAnAddition) {
+  FakeClock clock;
+  auto busy = MakeBudget({}, &clock);
+  RecordFirstAttempts(*busy, 1000);
+  EXPECT_EQ(DrainRetries(*busy), 200);  // max(0.2 x 1000, 100)
+  auto quiet = MakeBudget({}, &clock);
+  RecordFirstAttempts(*quiet, 100);
+  EXPECT_EQ(DrainRetries(*quiet), 100);  // max(0.2 x 100, 100)
+}
+
+// --- How retries are paid for (RetryCharge) ---
+
+TEST(RetryBudgetTest, ARetryThatSucceedsIsRefunded) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);
+  RecordFirstAttempts(*budget, 10);  // allowance 2
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(budget->TryAcquireRetry(RetryCharge::kOnFailure)) << i;
+    budget->RecordRetryEnd(RetryCharge::kOnFailure, /*failed=*/false);
+  }
+  RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(s.retries, 0);
+  EXPECT_EQ(s.refunded, 50u);
+  EXPECT_EQ(s.unpaid_in_flight, 0);
+  // Failed ones are paid: two fit, the third is refused.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(budget->TryAcquireRetry(RetryCharge::kOnFailure));
+    budget->RecordRetryEnd(RetryCharge::kOnFailure, /*failed=*/true);
+  }
+  EXPECT_FALSE(budget->TryAcquireRetry(RetryCharge::kOnFailure));
+  EXPECT_FALSE(budget->TryAcquireRetry(RetryCharge::kUpFront));
+  s = budget->Snapshot();
+  EXPECT_EQ(s.retries, 2);
+  EXPECT_EQ(s.refused, 2u);
+}
+
+// A burst of calls that each fail once: every retry may be in flight at
+// once, unpaid, but never more of them than first attempts.
+TEST(RetryBudgetTest, UnpaidRetriesInFlightAreBoundedByFirstAttempts) {
   FakeClock clock;
   auto budget = MakeBudget({}, &clock);
-  RecordFirstAttempts(*budget, 1000);
-  EXPECT_EQ(DrainRetries(*budget), 300);  // 0.2 x 1000 + 100
+  RecordFirstAttempts(*budget, 200);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(budget->CanAcquireRetry(RetryCharge::kOnFailure)) << i;
+    ASSERT_TRUE(budget->TryAcquireRetry(RetryCharge::kOnFailure)) << i;
+  }
+  EXPECT_EQ(budget->Snapshot().unpaid_in_flight, 200);
+  EXPECT_FALSE(budget->CanAcquireRetry(RetryCharge::kOnFailure));
+  EXPECT_FALSE(budget->TryAcquireRetry(RetryCharge::kOnFailure));
+  // Paid retries are not bounded by that: the floor still has 100.
+  EXPECT_TRUE(budget->TryAcquireRetry(RetryCharge::kUpFront));
+  for (int i = 0; i < 200; ++i) {
+    budget->RecordRetryEnd(RetryCharge::kOnFailure, /*failed=*/false);
+  }
+  EXPECT_EQ(budget->Snapshot().unpaid_in_flight, 0);
+  EXPECT_EQ(budget->Snapshot().retries, 1);
+  // Ending more than were granted never goes below zero.
+  budget->RecordRetryEnd(RetryCharge::kOnFailure, false);
+  EXPECT_EQ(budget->Snapshot().unpaid_in_flight, 0);
+}
+
+TEST(RetryBudgetTest, UpFrontRetriesAreNeverRefunded) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);
+  RecordFirstAttempts(*budget, 10);
+  ASSERT_TRUE(budget->TryAcquireRetry(RetryCharge::kUpFront));
+  budget->RecordRetryEnd(RetryCharge::kUpFront, /*failed=*/false);
+  ASSERT_TRUE(budget->TryAcquireRetry(RetryCharge::kUpFront));
+  EXPECT_FALSE(budget->TryAcquireRetry(RetryCharge::kUpFront));
+  EXPECT_EQ(budget->Snapshot().retries, 2);
+  EXPECT_EQ(budget->Snapshot().refunded, 0u);
+}
+
+TEST(RetryBudgetTest, FreeRetriesAlwaysPassAndCostNothing) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);  // allowance 0
+  EXPECT_FALSE(budget->CanAcquireRetry(RetryCharge::kUpFront));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(budget->CanAcquireRetry(RetryCharge::kFree));
+    EXPECT_TRUE(budget->TryAcquireRetry(RetryCharge::kFree));
+  }
+  const RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(s.retries, 0);
+  EXPECT_EQ(s.free, 10u);
+  EXPECT_EQ(RetryChargeName(RetryCharge::kFree), "free");
+  EXPECT_EQ(RetryChargeName(RetryCharge::kOnFailure), "on_failure");
+  EXPECT_EQ(RetryChargeName(RetryCharge::kUpFront), "up_front");
 }
 
 TEST(RetryBudgetTest, RetriesEarnedLongAgoExpireWithTheWindow) {
@@ -296,7 +381,8 @@ struct OutageFigures {
 
 // `budget` and `throttle` may be null.
 OutageFigures RunOutage(FakeClock& clock, RetryBudget* budget,
-                        RetryThrottle* throttle) {
+                        RetryThrottle* throttle,
+                        RetryCharge charge = RetryCharge::kUpFront) {
   constexpr int kCallsPerSecond = 100;
   constexpr int kSeconds = 60;
   constexpr int kMaxAttempts = 4;
@@ -307,11 +393,13 @@ OutageFigures RunOutage(FakeClock& clock, RetryBudget* budget,
     int n = 0;
     while (true) {
       ++n;  // an attempt, failing
+      // A retry granted on credit fails: it is paid now.
+      if (n > 1 && budget != nullptr) budget->RecordRetryEnd(charge, true);
       // A6 counts every failed attempt, and decides on it.
       const bool throttle_allows =
           throttle == nullptr || throttle->RecordFailure();
       if (n == kMaxAttempts || !throttle_allows) break;
-      if (budget != nullptr && !budget->TryAcquireRetry()) break;
+      if (budget != nullptr && !budget->TryAcquireRetry(charge)) break;
     }
     ++calls;
     attempts += n;
@@ -332,12 +420,12 @@ TEST(RetryStormTest, WithoutABudgetEveryCallMakesMaxAttempts) {
   EXPECT_EQ(f.steady_attempts_per_call, 4.0);
 }
 
-TEST(RetryStormTest, BudgetHoldsAttemptsPerCallToOnePlusRatioPlusFloor) {
+TEST(RetryStormTest, BudgetHoldsAttemptsPerCallToOnePlusRatio) {
   FakeClock clock;
   auto budget = MakeBudget({}, &clock);
   const OutageFigures f = RunOutage(clock, budget.get(), nullptr);
-  // 1 + 0.2 + (10 retries/s) / (100 calls/s).
-  const double bound = 1 + 0.2 + 10.0 / 100;
+  // 1 + max(0.2, (10 retries/s) / (100 calls/s)).
+  const double bound = 1 + 0.2;
   EXPECT_LE(f.attempts_per_call, bound + 1e-9);
   EXPECT_LE(f.steady_attempts_per_call, bound + 1e-9);
   // And the budget is spent, not wasted.
@@ -346,6 +434,49 @@ TEST(RetryStormTest, BudgetHoldsAttemptsPerCallToOnePlusRatioPlusFloor) {
                                   std::to_string(f.attempts_per_call));
   ::testing::Test::RecordProperty("steady_attempts_per_call",
                                   std::to_string(f.steady_attempts_per_call));
+}
+
+// Retries paid only when they fail are paid in an outage, where they all
+// fail: the same bound holds.
+TEST(RetryStormTest, RetriesPaidOnFailureAreHeldTheSame) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  const OutageFigures f =
+      RunOutage(clock, budget.get(), nullptr, RetryCharge::kOnFailure);
+  EXPECT_LE(f.steady_attempts_per_call, 1.2 + 1e-9);
+  EXPECT_GE(f.steady_attempts_per_call, 1.2 - 0.01);
+}
+
+// A brownout: 30% of attempts fail at random, maxAttempts 2, 100 calls/s.
+// Retries that succeed are refunded, so the budget pays only for the 9% of
+// calls whose retry fails too, and lets every retry through: success 91%,
+// as with no budget at all, at 1.3 attempts per call.
+TEST(RetryStormTest, BrownoutRetriesAreAllAllowed) {
+  FakeClock clock;
+  auto budget = MakeBudget({}, &clock);
+  std::mt19937 gen(42);  // seeded: the same run every time
+  std::bernoulli_distribution fails(0.3);
+  int64_t calls = 0, attempts = 0, ok = 0, refused = 0;
+  for (int i = 0; i < 100 * 60; ++i) {
+    budget->RecordFirstAttempt();
+    ++calls;
+    ++attempts;
+    bool failed = fails(gen);
+    if (failed) {
+      if (budget->TryAcquireRetry(RetryCharge::kOnFailure)) {
+        ++attempts;
+        failed = fails(gen);
+        budget->RecordRetryEnd(RetryCharge::kOnFailure, failed);
+      } else {
+        ++refused;
+      }
+    }
+    if (!failed) ++ok;
+    clock.Advance(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(refused, 0);
+  EXPECT_NEAR(static_cast<double>(ok) / calls, 0.91, 0.02);
+  EXPECT_NEAR(static_cast<double>(attempts) / calls, 1.3, 0.03);
 }
 
 TEST(RetryStormTest, BudgetWithoutFloorHoldsToOnePlusRatio) {

@@ -903,3 +903,86 @@ TEST(RetryControllerServerDelayTest, HugeServerDelayWithoutDeadlineStops) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+AttemptEnd NoConnection() {
+  AttemptEnd end;
+  end.code = grpc::StatusCode::UNAVAILABLE;
+  end.not_sent = true;
+  return end;
+}
+
+// An attempt that never reached the server does not use up maxAttempts, and
+// its retry waits for the connection when the call has a deadline.
+TEST(NotSentTest, RetriesDoNotUseUpMaxAttemptsAndWaitForTheConnection) {
+  FakeClock clock;
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 2);
+  RetryController c(policy, /*may_repeat=*/true,
+                    clock.Now() + absl::Seconds(30), &clock);
+  FixedBitGen gen(1.0);
+  for (int i = 0; i < 3; ++i) {
+    c.StartAttempt();
+    const Decision d = c.OnAttemptEnd(NoConnection(), kNoPushback, gen.ref());
+    ASSERT_EQ(d.action, Action::kRetry) << i;
+    EXPECT_TRUE(d.wait_for_connection);
+    EXPECT_TRUE(d.outcome.not_sent);
+  }
+  // maxAttempts 2 still allows one retry of a server's own failure.
+  c.StartAttempt();
+  Decision d = c.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE, kNoPushback,
+                              false, gen.ref());
+  ASSERT_EQ(d.action, Action::kRetry);
+  EXPECT_FALSE(d.wait_for_connection);
+  c.StartAttempt();
+  d = c.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE, kNoPushback, false,
+                     gen.ref());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+  EXPECT_EQ(c.attempts(), 5);
+}
+
+// Without a deadline nothing would bound a wait: no wait for the
+// connection, and never more than kMaxAttemptsCap attempts in all.
+TEST(NotSentTest, WithoutADeadlineNoWaitAndTheCapHolds) {
+  FakeClock clock;
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
+  RetryController c(policy, true, absl::InfiniteFuture(), &clock);
+  FixedBitGen gen(1.0);
+  Decision d;
+  do {
+    c.StartAttempt();
+    d = c.OnAttemptEnd(NoConnection(), kNoPushback, gen.ref());
+    if (d.action == Action::kRetry) EXPECT_FALSE(d.wait_for_connection);
+  } while (d.action == Action::kRetry);
+  EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+  EXPECT_EQ(c.attempts(), kMaxAttemptsCap);
+}
+
+// A call that may not be repeated is not retried even so: rpcguard does
+// not own such a call's attempts (it is sent once as the application's).
+TEST(NotSentTest, NotRetriedWhenTheCallMayNotRepeat) {
+  FakeClock clock;
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
+  RetryController c(policy, false, clock.Now() + absl::Seconds(1), &clock);
+  FixedBitGen gen(1.0);
+  c.StartAttempt();
+  const Decision d = c.OnAttemptEnd(NoConnection(), kNoPushback, gen.ref());
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kNotIdempotent);
+}
+
+// A local error is never also "not sent".
+TEST(NotSentTest, LocalErrorWins) {
+  FakeClock clock;
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
+  RetryController c(policy, true, clock.Now() + absl::Seconds(1), &clock);
+  AttemptEnd end = NoConnection();
+  end.local_error = true;
+  c.StartAttempt();
+  EXPECT_FALSE(c.OutcomeOf(end).not_sent);
+}
+
+}  // namespace
+}  // namespace rpcguard

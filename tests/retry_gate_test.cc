@@ -95,8 +95,8 @@ TEST_P(RecordAttemptEndTest, BreakerCountsOnlyTheServersAnswers) {
   o.min_attempts = 100;
   breaker_ = *CircuitBreaker::Create("record", o, &clock_);
   std::optional<Admission> admission = breaker_->Admit();
-  RecordAttemptEnd(Gates(), admission, row.status_class, row.outcome,
-                   /*server_said_stop=*/false);
+  RecordAttemptEnd(Gates(), admission, std::nullopt, row.status_class,
+                   row.outcome, /*retrying=*/false);
   const BreakerSnapshot s = breaker_->Snapshot();
   EXPECT_EQ(s.window_attempts, row.window_attempts);
   EXPECT_EQ(s.window_failures, row.window_failures);
@@ -111,6 +111,8 @@ std::vector<RecordRow> RecordRows() {
   attempt_timeout.per_attempt_timeout_expired = true;
   AttemptOutcome local = Answer(grpc::StatusCode::RESOURCE_EXHAUSTED);
   local.local_error = true;
+  AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
+  not_sent.not_sent = true;
   return {
       {"OkIsASuccess", Answer(grpc::StatusCode::OK), StatusClass::kOk, 1, 0},
       {"RetriableIsAFailure", Answer(grpc::StatusCode::UNAVAILABLE),
@@ -131,6 +133,8 @@ std::vector<RecordRow> RecordRows() {
       {"LocalErrorIsIgnored", local, StatusClass::kFatal, 0, 0},
       {"LocalErrorIsIgnoredWhateverItsClass", local, StatusClass::kRetriable, 0,
        0},
+      // No connection: the server never saw it.
+      {"NotSentIsIgnored", not_sent, StatusClass::kRetriable, 0, 0},
   };
 }
 
@@ -147,20 +151,20 @@ TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
   throttle_ = *RetryThrottle::Create(o);
   const std::optional<Admission> none;
   // A fatal answer costs nothing.
-  EXPECT_TRUE(RecordAttemptEnd(Gates(), none, StatusClass::kFatal,
+  EXPECT_TRUE(CountForThrottle(Gates(), StatusClass::kFatal,
                                Answer(grpc::StatusCode::NOT_FOUND), false));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
   // The server saying stop costs a token, as a retriable failure does; at
   // half of maxTokens retries stop.
-  EXPECT_FALSE(RecordAttemptEnd(Gates(), none, StatusClass::kFatal,
+  EXPECT_FALSE(CountForThrottle(Gates(), StatusClass::kFatal,
                                 Answer(grpc::StatusCode::INTERNAL), true));
   EXPECT_EQ(throttle_->milli_tokens(), 1000);
-  EXPECT_FALSE(RecordAttemptEnd(Gates(), none, StatusClass::kRetriable,
+  EXPECT_FALSE(CountForThrottle(Gates(), StatusClass::kRetriable,
                                 Answer(grpc::StatusCode::UNAVAILABLE), false));
   EXPECT_EQ(throttle_->milli_tokens(), 0);
   // Successes refill it.
   for (int i = 0; i < 3; ++i) {
-    RecordAttemptEnd(Gates(), none, StatusClass::kOk,
+    CountForThrottle(Gates(), StatusClass::kOk,
                      Answer(grpc::StatusCode::OK), false);
   }
   EXPECT_EQ(throttle_->milli_tokens(), 1500);
@@ -178,7 +182,7 @@ TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
   local.local_error = true;
   for (bool stop : {false, true}) {
     for (StatusClass c : {StatusClass::kFatal, StatusClass::kRetriable}) {
-      EXPECT_TRUE(RecordAttemptEnd(Gates(), std::nullopt, c, local, stop));
+      EXPECT_TRUE(CountForThrottle(Gates(), c, local, stop));
       EXPECT_EQ(throttle_->milli_tokens(), 2000);
     }
   }
@@ -186,8 +190,148 @@ TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
 
 TEST_F(RetryGateTest, NoBreakerNoAdmissionRecordsNothing) {
   const DestinationGates none;
-  EXPECT_TRUE(RecordAttemptEnd(none, std::nullopt, StatusClass::kRetriable,
+  EXPECT_TRUE(CountForThrottle(none, StatusClass::kRetriable,
                                Answer(grpc::StatusCode::UNAVAILABLE), false));
+  RecordAttemptEnd(none, std::nullopt, RetryCharge::kOnFailure,
+                   StatusClass::kRetriable,
+                   Answer(grpc::StatusCode::UNAVAILABLE), false);
+}
+
+// No connection: the throttle hears nothing either.
+TEST_F(RetryGateTest, NotSentLeavesTheThrottleAlone) {
+  RetryThrottleOptions o;
+  o.max_tokens = 2;
+  o.token_ratio = 0.5;
+  throttle_ = *RetryThrottle::Create(o);
+  AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
+  not_sent.not_sent = true;
+  EXPECT_TRUE(
+      CountForThrottle(Gates(), StatusClass::kRetriable, not_sent, false));
+  EXPECT_EQ(throttle_->milli_tokens(), 2000);
+}
+
+// --- Evidence: a failure the call retries is not recorded ---
+
+// A breaker that would trip on 2 failures in a row.
+BreakerOptions TripOnTwo() {
+  BreakerOptions o;
+  o.min_attempts = 2;
+  o.failure_ratio = 0.5;
+  return o;
+}
+
+TEST_F(RetryGateTest, AFailureTheCallRetriesIsNotRecorded) {
+  breaker_ = *CircuitBreaker::Create("defer", TripOnTwo(), &clock_);
+  const AttemptOutcome unavailable = Answer(grpc::StatusCode::UNAVAILABLE);
+  for (int call = 0; call < 50; ++call) {
+    // Attempt 1 fails and the call retries: nothing recorded.
+    std::optional<Admission> first = breaker_->Admit();
+    RecordAttemptEnd(Gates(), first, std::nullopt, StatusClass::kRetriable,
+                     unavailable, /*retrying=*/true);
+    // The retry succeeds: one success for the call.
+    std::optional<Admission> retry = breaker_->Admit();
+    RecordAttemptEnd(Gates(), retry, std::nullopt, StatusClass::kOk,
+                     Answer(grpc::StatusCode::OK), /*retrying=*/false);
+  }
+  const BreakerSnapshot s = breaker_->Snapshot();
+  EXPECT_EQ(s.state, BreakerState::kClosed);
+  EXPECT_EQ(s.window_attempts, 50);
+  EXPECT_EQ(s.window_failures, 0);
+}
+
+TEST_F(RetryGateTest, ACallThatFailsAfterItsRetriesIsAFailure) {
+  breaker_ = *CircuitBreaker::Create("defer", TripOnTwo(), &clock_);
+  const AttemptOutcome unavailable = Answer(grpc::StatusCode::UNAVAILABLE);
+  for (int call = 0; call < 2; ++call) {
+    std::optional<Admission> first = breaker_->Admit();
+    RecordAttemptEnd(Gates(), first, std::nullopt, StatusClass::kRetriable,
+                     unavailable, /*retrying=*/true);
+    std::optional<Admission> last = breaker_->Admit();
+    RecordAttemptEnd(Gates(), last, std::nullopt, StatusClass::kRetriable,
+                     unavailable, /*retrying=*/false);
+  }
+  EXPECT_EQ(breaker_->state(), BreakerState::kOpen);
+}
+
+// A HALF_OPEN probe is the breaker's own question: its failure reopens the
+// breaker even when the call retries.
+TEST_F(RetryGateTest, AProbeIsRecordedEvenWhenTheCallRetries) {
+  OpenBreaker();
+  clock_.Advance(absl::Seconds(1));
+  std::optional<Admission> probe = breaker_->Admit();
+  ASSERT_TRUE(probe->probe());
+  RecordAttemptEnd(Gates(), probe, std::nullopt, StatusClass::kRetriable,
+                   Answer(grpc::StatusCode::UNAVAILABLE), /*retrying=*/true);
+  EXPECT_EQ(breaker_->state(), BreakerState::kOpen);
+}
+
+// The retry of a deferred failure is refused: for budget or deadline the
+// failure stands; a cancel says nothing.
+TEST_F(RetryGateTest, ADeferredFailureStandsWhenItsRetryIsRefused) {
+  BreakerOptions o = TripOnTwo();
+  o.min_attempts = 100;  // counts without tripping
+  for (GiveUpReason refused :
+       {GiveUpReason::kBudgetExhausted, GiveUpReason::kDeadline,
+        GiveUpReason::kCancelled, GiveUpReason::kBreakerOpen}) {
+    breaker_ = *CircuitBreaker::Create("defer", o, &clock_);
+    const Admission a = breaker_->Admit();
+    RecordDeferredFailure(Gates(), a, refused);
+    const bool stands = refused == GiveUpReason::kBudgetExhausted ||
+                        refused == GiveUpReason::kDeadline;
+    EXPECT_EQ(breaker_->Snapshot().window_failures, stands ? 1 : 0)
+        << GiveUpReasonName(refused);
+  }
+}
+
+// --- How a retry is paid for ---
+
+TEST(RetryChargeForTest, ByWhatTheFailureSaid) {
+  AttemptOutcome o = Answer(grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(RetryChargeFor(o, false), RetryCharge::kOnFailure);
+  EXPECT_EQ(RetryChargeFor(Answer(grpc::StatusCode::ABORTED), false),
+            RetryCharge::kOnFailure);
+  // Overload: paid when sent.
+  EXPECT_EQ(RetryChargeFor(o, /*server_pushback=*/true), RetryCharge::kUpFront);
+  EXPECT_EQ(RetryChargeFor(Answer(grpc::StatusCode::RESOURCE_EXHAUSTED), false),
+            RetryCharge::kUpFront);
+  AttemptOutcome timeout = Answer(grpc::StatusCode::DEADLINE_EXCEEDED);
+  timeout.per_attempt_timeout_expired = true;
+  EXPECT_EQ(RetryChargeFor(timeout, false), RetryCharge::kUpFront);
+  // Never reached the server: free, whatever else.
+  o.not_sent = true;
+  EXPECT_EQ(RetryChargeFor(o, true), RetryCharge::kFree);
+}
+
+// A retry granted kOnFailure is paid only when it fails; one that
+// succeeds, or is not sent at all, is refunded.
+TEST_F(RetryGateTest, OnFailureRetriesArePaidOnlyWhenTheyFail) {
+  // The budget alone: a failure must not open a breaker here.
+  const DestinationGates gates{nullptr, budget_.get(), nullptr};
+  const AttemptStart ok = BeforeAttempt(2, false, absl::Seconds(1), gates,
+                                        RetryCharge::kOnFailure);
+  ASSERT_EQ(ok.refused, GiveUpReason::kNone);
+  ASSERT_EQ(ok.charge, RetryCharge::kOnFailure);
+  RecordAttemptEnd(gates, ok.admission, ok.charge, StatusClass::kOk,
+                   Answer(grpc::StatusCode::OK), false);
+  EXPECT_EQ(budget_->Snapshot().retries, 0);
+  EXPECT_EQ(budget_->Snapshot().refunded, 1u);
+  // OneRetry(): one paid retry per window. A failed one pays it...
+  const AttemptStart bad = BeforeAttempt(2, false, absl::Seconds(1), gates,
+                                         RetryCharge::kOnFailure);
+  ASSERT_EQ(bad.refused, GiveUpReason::kNone);
+  RecordAttemptEnd(gates, bad.admission, bad.charge,
+                   StatusClass::kRetriable,
+                   Answer(grpc::StatusCode::UNAVAILABLE), false);
+  EXPECT_EQ(budget_->Snapshot().retries, 1);
+  // ...and the next is refused, kOnFailure or not, but a free one passes.
+  EXPECT_EQ(BeforeAttempt(2, false, absl::Seconds(1), gates,
+                          RetryCharge::kOnFailure)
+                .refused,
+            GiveUpReason::kBudgetExhausted);
+  EXPECT_EQ(
+      BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kFree)
+          .refused,
+      GiveUpReason::kNone);
 }
 
 // --- GateRetry: vetoes before the backoff, spending nothing ---

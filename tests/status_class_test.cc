@@ -381,3 +381,27 @@ TEST(ParseStatusCodeTest, Garbage) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+TEST(IsNotSentTest, GrpcsOwnNoConnectionWords) {
+  using grpc::StatusCode;
+  EXPECT_TRUE(IsNotSent(StatusCode::UNAVAILABLE,
+                        "failed to connect to all addresses; last error: "
+                        "UNKNOWN: ipv4:127.0.0.1:1: Connection refused"));
+  EXPECT_TRUE(IsNotSent(StatusCode::UNAVAILABLE,
+                        "connections to all backends failing; last error: x"));
+  EXPECT_TRUE(IsNotSent(StatusCode::UNAVAILABLE, "empty address list: "));
+  EXPECT_TRUE(IsNotSent(StatusCode::UNAVAILABLE,
+                        "DNS resolution failed for nowhere.invalid:443"));
+  // Another code, or a server's own words: not it.
+  EXPECT_FALSE(IsNotSent(StatusCode::INTERNAL,
+                         "failed to connect to all addresses; last error: "));
+  EXPECT_FALSE(IsNotSent(StatusCode::UNAVAILABLE, "Socket closed"));
+  EXPECT_FALSE(IsNotSent(StatusCode::UNAVAILABLE, "backend restarting"));
+  EXPECT_FALSE(IsNotSent(StatusCode::OK, ""));
+}
+
+}  // namespace
+}  // namespace rpcguard

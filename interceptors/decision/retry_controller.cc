@@ -42,6 +42,8 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
   outcome.code = end.code;
   outcome.caller_cancelled = end.caller_cancelled;
   outcome.local_error = end.local_error && end.code != grpc::StatusCode::OK;
+  outcome.not_sent = end.not_sent && end.code != grpc::StatusCode::OK &&
+                     !outcome.local_error;
   outcome.caller_deadline_expired = now >= deadline_;
   // The attempt's deadline was its own timeout only if it came before the
   // call's deadline.
@@ -99,7 +101,9 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
     d.reason = GiveUpReason::kPushbackStop;
     return d;
   }
-  if (attempts_ >= policy_.retry.max_attempts) {
+  if (outcome.not_sent) ++not_sent_;
+  if (attempts_ - not_sent_ >= policy_.retry.max_attempts ||
+      attempts_ >= kMaxAttemptsCap) {
     d.reason = GiveUpReason::kMaxAttempts;
     return d;
   }
@@ -131,6 +135,8 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
   }
   d.action = Decision::Action::kRetry;
   d.delay = delay;
+  d.wait_for_connection =
+      outcome.not_sent && deadline_ != absl::InfiniteFuture();
   return d;
 }
 

@@ -42,6 +42,11 @@ struct AttemptEnd {
   // gRPC's client library made the failure itself (IsLocalError): the call
   // ends at once, and the destination is told nothing.
   bool local_error = false;
+  // The attempt never reached the server (IsNotSent, channel not READY).
+  // Its retry does not use up maxAttempts (the server never saw it; like
+  // gRPC's transparent retries), within kMaxAttemptsCap attempts in all,
+  // and waits for the channel to connect (wait_for_connection).
+  bool not_sent = false;
 };
 
 // What to do after an attempt.
@@ -56,6 +61,11 @@ struct Decision {
   absl::Duration delay = absl::ZeroDuration();
   // The attempt as the classifier saw it (for the breaker: AttemptResultFor).
   AttemptOutcome outcome;
+  // For kRetry after an attempt that never reached the server, on a call
+  // with a deadline: send the retry with wait_for_ready, so that it waits
+  // for the channel to reconnect (bounded by the deadline) instead of
+  // failing again at once. A call without a deadline does not wait.
+  bool wait_for_connection = false;
 };
 
 // The decisions of one call. Thread-compatible: the interceptor serializes
@@ -85,8 +95,10 @@ class RetryController {
   // `caller_cancelled`: the caller cancelled while it ran.
   Decision OnAttemptEnd(grpc::StatusCode code, const Pushback& pushback,
                         bool caller_cancelled, absl::BitGenRef gen) {
-    return OnAttemptEnd(AttemptEnd{code, caller_cancelled, false}, pushback,
-                        gen);
+    AttemptEnd end;
+    end.code = code;
+    end.caller_cancelled = caller_cancelled;
+    return OnAttemptEnd(end, pushback, gen);
   }
 
   // How the current attempt, ended as `end` says, looks to the classifier
@@ -116,6 +128,9 @@ class RetryController {
   absl::Time attempt_deadline_ = absl::InfiniteFuture();
   Backoff backoff_;
   int attempts_ = 0;
+  // Attempts that never reached the server: not counted against
+  // maxAttempts.
+  int not_sent_ = 0;
   bool can_refresh_ = false;
 };
 

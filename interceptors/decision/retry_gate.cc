@@ -20,16 +20,13 @@ struct NoRandomness {
 
 }  // namespace
 
-bool RecordAttemptEnd(const DestinationGates& dest,
-                      const std::optional<Admission>& admission,
-                      StatusClass status_class, const AttemptOutcome& outcome,
-                      bool server_said_stop) {
-  if (dest.breaker != nullptr && admission.has_value()) {
-    dest.breaker->Record(*admission, AttemptResultFor(status_class, outcome));
-  }
+bool CountForThrottle(const DestinationGates& dest, StatusClass status_class,
+                      const AttemptOutcome& outcome, bool server_said_stop) {
   if (dest.throttle == nullptr) return true;
   // Not the server's answer, whatever trailers came with it.
-  if (outcome.local_error) return dest.throttle->RetryAllowed();
+  if (outcome.local_error || outcome.not_sent) {
+    return dest.throttle->RetryAllowed();
+  }
   if (status_class == StatusClass::kOk) {
     dest.throttle->RecordSuccess();
     return true;
@@ -40,8 +37,43 @@ bool RecordAttemptEnd(const DestinationGates& dest,
   return dest.throttle->RetryAllowed();
 }
 
+RetryCharge RetryChargeFor(const AttemptOutcome& outcome,
+                           bool server_pushback) {
+  if (outcome.not_sent) return RetryCharge::kFree;
+  if (server_pushback || outcome.per_attempt_timeout_expired ||
+      outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return RetryCharge::kUpFront;
+  }
+  return RetryCharge::kOnFailure;
+}
+
+void RecordAttemptEnd(const DestinationGates& dest,
+                      const std::optional<Admission>& admission,
+                      std::optional<RetryCharge> charge,
+                      StatusClass status_class, const AttemptOutcome& outcome,
+                      bool retrying) {
+  const AttemptResult result = AttemptResultFor(status_class, outcome);
+  if (dest.budget != nullptr && charge.has_value()) {
+    dest.budget->RecordRetryEnd(*charge, result == AttemptResult::kFailure);
+  }
+  if (dest.breaker == nullptr || !admission.has_value()) return;
+  if (retrying && result == AttemptResult::kFailure && !admission->probe()) {
+    return;  // the retry speaks for the call
+  }
+  dest.breaker->Record(*admission, result);
+}
+
+void RecordDeferredFailure(const DestinationGates& dest,
+                           const Admission& admission, GiveUpReason refused) {
+  if (dest.breaker == nullptr) return;
+  if (refused == GiveUpReason::kBudgetExhausted ||
+      refused == GiveUpReason::kDeadline) {
+    dest.breaker->Record(admission, AttemptResult::kFailure);
+  }
+}
+
 Decision GateRetry(Decision d, bool throttle_allows,
-                   const DestinationGates& dest) {
+                   const DestinationGates& dest, RetryCharge charge) {
   if (d.action != Decision::Action::kRetry) return d;
   GiveUpReason veto = GiveUpReason::kNone;
   if (dest.breaker != nullptr &&
@@ -50,7 +82,7 @@ Decision GateRetry(Decision d, bool throttle_allows,
     veto = GiveUpReason::kBreakerOpen;
   } else if (!throttle_allows) {
     veto = GiveUpReason::kBudgetExhausted;
-  } else if (dest.budget != nullptr && !dest.budget->CanAcquireRetry()) {
+  } else if (dest.budget != nullptr && !dest.budget->CanAcquireRetry(charge)) {
     veto = GiveUpReason::kBudgetExhausted;
   }
   if (veto != GiveUpReason::kNone) {
@@ -62,7 +94,7 @@ Decision GateRetry(Decision d, bool throttle_allows,
 }
 
 AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
-                           const DestinationGates& dest) {
+                           const DestinationGates& dest, RetryCharge charge) {
   AttemptStart start;
   if (cancelled) {
     start.refused = GiveUpReason::kCancelled;
@@ -83,7 +115,9 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
     if (number <= 1) {
       // Only first attempts that go out earn retry budget.
       dest.budget->RecordFirstAttempt();
-    } else if (!dest.budget->TryAcquireRetry()) {
+    } else if (dest.budget->TryAcquireRetry(charge)) {
+      start.charge = charge;
+    } else {
       if (start.admission.has_value()) {
         dest.breaker->Record(*start.admission, AttemptResult::kIgnored);
         start.admission.reset();

@@ -88,6 +88,14 @@ bool IsLocalError(grpc::StatusCode code, absl::string_view message) {
                           "received initial metadata size exceeds limit");
 }
 
+bool IsNotSent(grpc::StatusCode code, absl::string_view message) {
+  if (code != grpc::StatusCode::UNAVAILABLE) return false;
+  return absl::StartsWith(message, "failed to connect to all addresses") ||
+         absl::StartsWith(message, "connections to all backends failing") ||
+         absl::StartsWith(message, "empty address list") ||
+         absl::StartsWith(message, "DNS resolution failed for ");
+}
+
 StatusClass Classifier::Classify(const AttemptOutcome& outcome) const {
   if (outcome.code == grpc::StatusCode::OK) return StatusClass::kOk;
   if (outcome.caller_cancelled || outcome.caller_deadline_expired ||

@@ -78,6 +78,9 @@ struct AttemptOutcome {
   // gRPC's client library made the failure itself (IsLocalError): it says
   // nothing about the destination.
   bool local_error = false;
+  // The attempt never reached the server (IsNotSent, on a channel that was
+  // not READY): no evidence about the server, and the server never saw it.
+  bool not_sent = false;
 };
 
 // Whether a failed attempt's status is one gRPC's client library makes
@@ -98,6 +101,18 @@ struct AttemptOutcome {
 // says nothing about the destination. The words are gRPC 1.51's:
 // tests/local_errors_e2e_test.cc fails if a gRPC changes them.
 bool IsLocalError(grpc::StatusCode code, absl::string_view message);
+
+// Whether a failed attempt's status is gRPC's own word that the call found
+// no connection to send it on, so that the server never saw it:
+//   UNAVAILABLE "failed to connect to all addresses; ..." (pick_first),
+//   UNAVAILABLE "connections to all backends failing; ..." (round_robin),
+//   UNAVAILABLE "empty address list: ...", "DNS resolution failed for ...".
+// The channel fails such a call at once when it is in TRANSIENT_FAILURE and
+// the call does not wait for ready. Words alone could be a server's, so the
+// interceptor also requires the channel not to be READY when the attempt
+// ends. Like IsLocalError's, the words are gRPC 1.51's, and
+// tests/local_errors_e2e_test.cc fails if a gRPC changes them.
+bool IsNotSent(grpc::StatusCode code, absl::string_view message);
 
 // Classifies attempt outcomes. Thread-compatible value type.
 //

@@ -93,10 +93,10 @@ absl::string_view AttemptResultName(AttemptResult result) {
 
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome) {
-  // The caller's own cancel or deadline, or an error the client made
-  // itself, says nothing about the server.
+  // The caller's own cancel or deadline, an error the client made itself,
+  // or an attempt that never reached the server says nothing about it.
   if (outcome.caller_cancelled || outcome.caller_deadline_expired ||
-      outcome.local_error) {
+      outcome.local_error || outcome.not_sent) {
     return AttemptResult::kIgnored;
   }
   return status_class == StatusClass::kRetriable ? AttemptResult::kFailure

@@ -25,8 +25,12 @@
 // (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, a per-attempt timeout) is a
 // failure; any other answer of the server, fatal and auth included, is a
 // success (the server is up and answering); the caller's own cancel or
-// deadline, and an error the client made itself (IsLocalError), say nothing
-// about the server and are ignored.
+// deadline, an error the client made itself (IsLocalError), and an attempt
+// that never reached the server (IsNotSent: no connection) say nothing
+// about the server and are ignored. A failed attempt that its call retries
+// is not recorded either (decision/retry_gate.h): the retry's result speaks
+// for the call, so a blip that one retry hides (a restart, a GOAWAY) is no
+// evidence of an outage, while calls that fail after their retries are.
 //
 // Open time: openTime on the first trip, doubled on each further trip
 // (a probe failing, or CLOSED tripping again within healthyPeriod of closing),
@@ -84,14 +88,15 @@ enum class AttemptResult {
   kSuccess,  // the server answered (OK, fatal or auth class)
   kFailure,  // retriable class, per-attempt timeout included
   kIgnored,  // the caller cancelled or its deadline passed, the client made
-             // the error itself; or never sent
+             // the error itself, no connection; or never sent
 };
 
 // Returns "success", "failure" or "ignored".
 absl::string_view AttemptResultName(AttemptResult result);
 
 // Maps a classified attempt to what the breaker records: the caller's cancel
-// or deadline and a local error are kIgnored whatever the class; kRetriable
+// or deadline, a local error and an attempt not sent are kIgnored whatever
+// the class; kRetriable
 // is kFailure; kOk, kFatal and kAuth are kSuccess.
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome);

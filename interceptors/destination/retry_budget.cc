@@ -2,6 +2,7 @@
 
 #include "rpcguard/destination/retry_budget.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -23,21 +24,37 @@ constexpr double kAllowanceSlack = 1e-9;
 
 }  // namespace
 
+absl::string_view RetryChargeName(RetryCharge charge) {
+  switch (charge) {
+    case RetryCharge::kOnFailure:
+      return "on_failure";
+    case RetryCharge::kUpFront:
+      return "up_front";
+    case RetryCharge::kFree:
+      return "free";
+  }
+  return "unknown";
+}
+
 struct RetryBudget::State {
   State(absl::Duration window, int buckets)
       : first_attempts(window, buckets), retries(window, buckets) {}
 
-  // Whether one more retry fits in ratio x first attempts + floor, over the
-  // window that ends at `now`.
-  bool AllowsOneMoreLocked(absl::Time now, double ratio, double floor)
+  // Whether one more retry paid as `charge` fits, over the window that ends
+  // at `now`.
+  bool AllowsOneMoreLocked(absl::Time now, double ratio, double floor,
+                           RetryCharge charge)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // First attempts (a; b unused), with locks of its own.
   internal::StripedWindow first_attempts;
 
   internal::Mutex mu;
-  // Granted retries (a; b unused).
+  // Paid retries (a; b unused).
   internal::SlidingWindow retries ABSL_GUARDED_BY(mu);
+  int64_t unpaid_in_flight ABSL_GUARDED_BY(mu) = 0;
+  uint64_t refunded ABSL_GUARDED_BY(mu) = 0;
+  uint64_t free ABSL_GUARDED_BY(mu) = 0;
   uint64_t refused ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -84,34 +101,67 @@ RetryBudget::RetryBudget(const RetryBudgetOptions& options, Clock* clock)
 RetryBudget::~RetryBudget() = default;
 
 bool RetryBudget::State::AllowsOneMoreLocked(absl::Time now, double ratio,
-                                             double floor) {
+                                             double floor,
+                                             RetryCharge charge) {
+  if (charge == RetryCharge::kFree) return true;
   // A first attempt counted concurrently may be missed: that only makes
   // this decision stricter, never overdraws.
   const int64_t first = first_attempts.Sum(now).a;
-  const int64_t granted = retries.Sum(now).a;
-  const double allowance = ratio * static_cast<double>(first) + floor;
-  return static_cast<double>(granted + 1) <= allowance + kAllowanceSlack;
+  const int64_t paid = retries.Sum(now).a;
+  const double allowance = std::max(ratio * static_cast<double>(first), floor);
+  if (static_cast<double>(paid + 1) > allowance + kAllowanceSlack) {
+    return false;
+  }
+  // Unpaid retries are a bet that the failure was a blip; never more of
+  // them at once than there were calls, so a wrong bet costs one extra
+  // attempt per call at most, before the failures are paid for.
+  return charge != RetryCharge::kOnFailure ||
+         unpaid_in_flight + 1 <= std::max<int64_t>(first, 1);
 }
 
 void RetryBudget::RecordFirstAttempt() {
   impl_->first_attempts.Add(clock_->Now(), 1, 0);
 }
 
-bool RetryBudget::TryAcquireRetry() {
+bool RetryBudget::TryAcquireRetry(RetryCharge charge) {
   const absl::Time now = clock_->Now();
   internal::MutexLock lock(&impl_->mu);
-  if (!impl_->AllowsOneMoreLocked(now, options_.ratio, floor_)) {
+  if (!impl_->AllowsOneMoreLocked(now, options_.ratio, floor_, charge)) {
     ++impl_->refused;
     return false;
   }
-  impl_->retries.Add(now, 1, 0);
+  switch (charge) {
+    case RetryCharge::kUpFront:
+      impl_->retries.Add(now, 1, 0);
+      break;
+    case RetryCharge::kOnFailure:
+      ++impl_->unpaid_in_flight;
+      break;
+    case RetryCharge::kFree:
+      ++impl_->free;
+      break;
+  }
   return true;
 }
 
-bool RetryBudget::CanAcquireRetry() {
+bool RetryBudget::CanAcquireRetry(RetryCharge charge) {
+  if (charge == RetryCharge::kFree) return true;
   const absl::Time now = clock_->Now();
   internal::MutexLock lock(&impl_->mu);
-  return impl_->AllowsOneMoreLocked(now, options_.ratio, floor_);
+  return impl_->AllowsOneMoreLocked(now, options_.ratio, floor_, charge);
+}
+
+void RetryBudget::RecordRetryEnd(RetryCharge charge, bool failed) {
+  if (charge != RetryCharge::kOnFailure) return;
+  const absl::Time now = clock_->Now();
+  internal::MutexLock lock(&impl_->mu);
+  // Never below 0, even if a caller ends one grant twice.
+  if (impl_->unpaid_in_flight > 0) --impl_->unpaid_in_flight;
+  if (failed) {
+    impl_->retries.Add(now, 1, 0);
+  } else {
+    ++impl_->refunded;
+  }
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {
@@ -120,7 +170,11 @@ RetryBudgetSnapshot RetryBudget::Snapshot() {
   RetryBudgetSnapshot s;
   s.first_attempts = impl_->first_attempts.Sum(now).a;
   s.retries = impl_->retries.Sum(now).a;
-  s.allowance = options_.ratio * static_cast<double>(s.first_attempts) + floor_;
+  s.allowance =
+      std::max(options_.ratio * static_cast<double>(s.first_attempts), floor_);
+  s.unpaid_in_flight = impl_->unpaid_in_flight;
+  s.refunded = impl_->refunded;
+  s.free = impl_->free;
   s.refused = impl_->refused;
   return s;
 }

@@ -2,19 +2,36 @@
 //
 // RetryBudget (Finagle's RetryBudget, the SRE book's per-client retry
 // ratio): keeps retries from multiplying the load on a destination that is
-// already failing. Retries are allowed while the retries of the last
-// `window` stay within ratio x the first attempts of that window, plus a
-// floor of minRetriesPerSecond x window so that a quiet client can still
-// retry:
+// already failing, without taxing the retries that work. Over the last
+// `window`:
 //
-//   retries_in_window + 1 <= ratio * first_attempts_in_window
-//                            + minRetriesPerSecond * window_seconds
+//   paid_retries + 1 <= allowance
+//   allowance = max(ratio * first_attempts, minRetriesPerSecond * window)
 //
-// Under a total outage with steady load, attempts per call settle at
-// 1 + ratio + floor / calls_per_second, whatever maxAttempts says; in normal
-// operation (few failures) the budget is never the limit. Give-up reason
-// when it refuses: budget_exhausted. (gRFC A6's absolute token bucket, for
-// users of gRPC's service config, is RetryThrottle: retry_throttle.h.)
+// What a retry pays depends on why it is made (RetryCharge, chosen by
+// decision/retry_gate.h from the failure it retries):
+//   kOnFailure  the usual case (UNAVAILABLE, ABORTED): paid only if the retry
+//               fails too; one that succeeds is refunded at once (AWS SDKs
+//               refund a successful retry the same way). A blip that one
+//               retry hides costs nothing, however many calls it hit at
+//               once; an outage, where retries fail, pays for every one.
+//               While unpaid, such retries in flight may not outnumber the
+//               window's first attempts, so not knowing yet costs at most
+//               one extra attempt per call, once.
+//   kUpFront    the failure said overload (RESOURCE_EXHAUSTED, the server's
+//               pushback, a per-attempt timeout): paid when sent, never
+//               refunded, because a retry adds load to an overloaded server
+//               even when it succeeds.
+//   kFree       the failed attempt never reached the server (no
+//               connection): its retry is the first attempt the server sees.
+//
+// The floor is a minimum, not an addition (Finagle adds it): with enough
+// traffic (ratio * first_attempts above the floor) retries stay within
+// `ratio` of the calls, so an outage or an overload never sees more than
+// 1.2x the callers' load at the default ratio; a quiet client still gets
+// the floor. Give-up reason when it refuses: budget_exhausted. (gRFC A6's
+// absolute token bucket, for users of gRPC's service config, is
+// RetryThrottle: retry_throttle.h.)
 //
 // BreakerRegistry (registry.h) keeps one budget per key, next to the key's
 // circuit breaker and throttle: the interceptor uses the channel target (or
@@ -30,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
 
@@ -45,16 +63,18 @@ struct RetryBudgetOptions {
   absl::Duration window = absl::Seconds(10);
   int buckets = 10;
 
-  // "ratio": retries allowed per first attempt, in [0, 1]. 0.2 is Finagle's
-  // and Envoy's default (budget_percent 20%); the SRE book suggests 0.1.
-  // 0.2 still retries every failure of a destination failing up to ~20% of
-  // the time (where retries help), and holds an outage to 1.2x the load
-  // (plus the floor) instead of maxAttempts x.
+  // "ratio": paid retries allowed per first attempt, in [0, 1]. 0.2 is
+  // Finagle's and Envoy's default (budget_percent 20%); the SRE book
+  // suggests 0.1. With refunds, 0.2 pays for every failed retry of a
+  // destination failing up to ~38% of the time at maxAttempts 3 (a retry
+  // that succeeds is free), and holds an outage to 1.2x the load instead of
+  // maxAttempts x.
   double ratio = 0.2;
 
   // "minRetriesPerSecond": the floor, averaged over the window (10 s x 10/s
-  // = 100 retries per window, which may come in a burst). 10/s is Finagle's
-  // default: a client making a few calls a second can retry all of them.
+  // = 100 paid retries per window, which may come in a burst). 10/s is
+  // Finagle's default: a client making a few calls a second can retry all
+  // of them.
   double min_retries_per_second = 10;
 
   // OK, or InvalidArgument naming the first bad field by its JSON name, e.g.
@@ -67,12 +87,22 @@ struct RetryBudgetOptions {
   }
 };
 
+// How a retry is paid for; see the top of this file.
+enum class RetryCharge { kOnFailure, kUpFront, kFree };
+
+// Returns "on_failure", "up_front" or "free".
+absl::string_view RetryChargeName(RetryCharge charge);
+
 // What a budget has counted, for tests and stats.
 struct RetryBudgetSnapshot {
   int64_t first_attempts = 0;  // in the window
-  int64_t retries = 0;         // granted, in the window
-  double allowance = 0;        // ratio * first_attempts + floor * window
-  uint64_t refused = 0;        // TryAcquireRetry refusals in all
+  int64_t retries = 0;         // paid, in the window
+  // max(ratio * first_attempts, minRetriesPerSecond * window)
+  double allowance = 0;
+  int64_t unpaid_in_flight = 0;  // kOnFailure retries not yet ended
+  uint64_t refunded = 0;         // kOnFailure retries that succeeded, in all
+  uint64_t free = 0;             // kFree retries granted, in all
+  uint64_t refused = 0;          // TryAcquireRetry refusals in all
 };
 
 // A retry budget shared by every call of one key. Thread-safe.
@@ -94,14 +124,24 @@ class RetryBudget {
   // Counts a call's first attempt: it earns `ratio` retries.
   void RecordFirstAttempt();
 
-  // True, and counts the retry, when the budget allows one more retry now;
-  // false (give-up reason budget_exhausted) otherwise.
-  bool TryAcquireRetry();
+  // True when the budget allows one more retry paid as `charge` now, and
+  // counts it: kUpFront pays now, kOnFailure is counted in flight until
+  // RecordRetryEnd, kFree always passes. False (give-up reason
+  // budget_exhausted) otherwise.
+  bool TryAcquireRetry(RetryCharge charge = RetryCharge::kUpFront);
 
-  // Whether TryAcquireRetry would succeed now; spends and counts nothing.
-  // Lets a call give up before waiting out a backoff the budget would not
-  // pay for (a concurrent retry may still take the last one meanwhile).
-  bool CanAcquireRetry();
+  // Whether TryAcquireRetry(charge) would succeed now; spends and counts
+  // nothing. Lets a call give up before waiting out a backoff the budget
+  // would not pay for (a concurrent retry may still take the last one).
+  bool CanAcquireRetry(RetryCharge charge = RetryCharge::kUpFront);
+
+  // Ends a retry granted by TryAcquireRetry(kOnFailure): it is paid now if
+  // `failed` (the server answered with a retriable failure), refunded
+  // otherwise (it succeeded, or says nothing of the server: the caller
+  // cancelled, no connection). Call exactly once per such grant, also when
+  // the retry was not sent after all (failed = false). No-op for the other
+  // charges.
+  void RecordRetryEnd(RetryCharge charge, bool failed);
 
   RetryBudgetSnapshot Snapshot();
 

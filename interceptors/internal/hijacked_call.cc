@@ -20,6 +20,15 @@ namespace rpcguard {
 namespace internal {
 namespace {
 
+// The outcome of an attempt that was admitted but not sent: it tells the
+// breaker and the budget nothing (kIgnored, refunded).
+AttemptOutcome NeverSent() {
+  AttemptOutcome o;
+  o.code = grpc::StatusCode::CANCELLED;
+  o.caller_cancelled = true;
+  return o;
+}
+
 using grpc::experimental::InterceptionHookPoints;
 using grpc::experimental::InterceptorBatchMethods;
 
@@ -126,16 +135,24 @@ void HijackedCall::StartAttempt() {
   int number;
   bool cancelled;
   absl::Duration remaining;
+  RetryCharge charge;
+  std::optional<Admission> deferred;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
     number = controller_.attempts() + 1;
     cancelled = cancelled_;
     remaining = controller_.Remaining();
+    charge = next_charge_;
+    deferred = std::move(deferred_failure_);
+    deferred_failure_.reset();
   }
   // Outside mu_: the breaker may call transition listeners.
   AttemptStart start =
-      BeforeAttempt(number, cancelled, remaining, method_.gates());
+      BeforeAttempt(number, cancelled, remaining, method_.gates(), charge);
+  if (deferred.has_value()) {
+    RecordDeferredFailure(method_.gates(), *deferred, start.refused);
+  }
   auto attempt = std::make_shared<Attempt>();
   attempt->context = std::make_shared<grpc::ClientContext>();
   Ending ending;
@@ -156,6 +173,8 @@ void HijackedCall::StartAttempt() {
       switch (refused) {
         case GiveUpReason::kNone:
           attempt->admission = std::move(start.admission);
+          attempt->charge = start.charge;
+          attempt->wait_for_connection = next_waits_for_connection_;
           attempt->deadline = controller_.StartAttempt();
           attempt_ = attempt;
           last_attempt_.reset();
@@ -193,9 +212,11 @@ void HijackedCall::StartAttempt() {
       }
     }
   }
-  // An admitted attempt that is not sent gives its permit back.
-  if (give_back && start.admission.has_value() && method_.breaker) {
-    method_.breaker->Record(*start.admission, AttemptResult::kIgnored);
+  // An admitted attempt that is not sent gives its permit and its grant
+  // back.
+  if (give_back) {
+    RecordAttemptEnd(method_.gates(), start.admission, start.charge,
+                     StatusClass::kFatal, NeverSent(), /*retrying=*/false);
   }
   if (ended) Conclude(ending);
   if (!send) return;
@@ -250,6 +271,10 @@ void HijackedCall::PrepareContext(grpc::ClientContext& ctx,
   if (setup_.compression != GRPC_COMPRESS_NONE) {
     ctx.set_compression_algorithm(setup_.compression);
   }
+  // Waiting for the connection is rpcguard's own choice for a retry of an
+  // attempt that found none; the config's and the caller's explicit
+  // waitForReady, applied after it, win.
+  if (attempt.wait_for_connection) ctx.set_wait_for_ready(true);
   if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
   // After the config's waitForReady: the caller's own choice wins over it,
   // as over a service config's in gRPC.
@@ -307,29 +332,58 @@ HijackedCall::Next HijackedCall::Decide(
     pushback.min_delay = ParseRetryInfo(status.error_details());
   }
   const bool server_said_stop = pushback.kind == Pushback::Kind::kStop;
+  const bool server_pushback = pushback.kind != Pushback::Kind::kNone ||
+                               pushback.min_delay.has_value();
   AttemptEnd end;
   end.code = status.error_code();
   end.local_error = IsLocalError(status.error_code(), status.error_message());
+  // The words alone could be a server's; a READY channel had a connection
+  // to send on.
+  end.not_sent = !end.local_error &&
+                 IsNotSent(status.error_code(), status.error_message()) &&
+                 setup_.channel != nullptr &&
+                 setup_.channel->GetState(false) != GRPC_CHANNEL_READY;
   AttemptOutcome outcome;
   {
     internal::MutexLock lock(&mu_);
     end.caller_cancelled = cancelled_;
     outcome = controller_.OutcomeOf(end);
   }
-  // The destination learns of the attempt first (retry_gate.h), outside
-  // mu_: a breaker transition calls listeners on this thread.
-  const bool throttle_allows = RecordAttemptEnd(
-      method_.gates(), attempt->admission,
-      policy_.MakeClassifier().Classify(outcome), outcome, server_said_stop);
+  const StatusClass status_class = policy_.MakeClassifier().Classify(outcome);
+  // Outside mu_: the throttle is shared.
+  const bool throttle_allows = CountForThrottle(method_.gates(), status_class,
+                                                outcome, server_said_stop);
 
   Next next;
-  internal::MutexLock lock(&mu_);
-  attempt_.reset();
-  if (phase_ == Phase::kDone) return next;
-  RandomBitGen gen(factory_->random());
-  end.caller_cancelled = cancelled_;
-  const Decision d = GateRetry(controller_.OnAttemptEnd(end, pushback, gen),
-                               throttle_allows, method_.gates());
+  Decision d;
+  d.outcome = outcome;
+  d.status_class = status_class;
+  {
+    internal::MutexLock lock(&mu_);
+    attempt_.reset();
+    if (phase_ != Phase::kDone) {
+      RandomBitGen gen(factory_->random());
+      end.caller_cancelled = cancelled_;
+      const Decision raw = controller_.OnAttemptEnd(end, pushback, gen);
+      const RetryCharge charge = RetryChargeFor(raw.outcome, server_pushback);
+      d = GateRetry(raw, throttle_allows, method_.gates(), charge);
+      next = NextLocked(d, charge, attempt, status, hold);
+    }
+  }
+  // The destination hears of the attempt now that it is known whether the
+  // call retries (retry_gate.h), and before the next attempt can start;
+  // outside mu_: a breaker transition calls listeners on this thread.
+  RecordAttemptEnd(method_.gates(), attempt->admission, attempt->charge,
+                   d.status_class, d.outcome,
+                   next.kind == Next::Kind::kRetry);
+  return next;
+}
+
+HijackedCall::Next HijackedCall::NextLocked(
+    const Decision& d, RetryCharge charge,
+    const std::shared_ptr<Attempt>& attempt, const grpc::Status& status,
+    InterceptorBatchMethods* hold) {
+  Next next;
   switch (d.action) {
     case Decision::Action::kRefreshAuth:
       next.kind = Next::Kind::kRefresh;
@@ -344,6 +398,9 @@ HijackedCall::Next HijackedCall::Decide(
       phase_ = Phase::kBackoffPending;
       next.backoff_until = factory_->clock()->Now() + d.delay;
       backoff_alarm_ = std::make_unique<grpc::Alarm>();
+      next_charge_ = charge;
+      next_waits_for_connection_ = d.wait_for_connection;
+      deferred_failure_ = attempt->admission;
       break;
     case Decision::Action::kDone:
     case Decision::Action::kGiveUp: {

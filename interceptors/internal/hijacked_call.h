@@ -73,6 +73,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/retry_controller.h"
+#include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/internal/factory_state.h"
 #include "rpcguard/internal/final_outcome.h"
 #include "rpcguard/internal/grpc_1_51_context.h"
@@ -173,6 +174,10 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     absl::Time deadline;
     // The breaker's admission of this attempt (none without a breaker).
     std::optional<Admission> admission;
+    // How the budget granted this retry (none for a first attempt).
+    std::optional<RetryCharge> charge;
+    // Sent with wait_for_ready: its predecessor never reached the server.
+    bool wait_for_connection = false;
   };
 
   // The call just decided, and the parked batches to serve.
@@ -210,6 +215,13 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
               const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
               grpc::experimental::InterceptorBatchMethods* hold)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The rest of Decide once `d` is decided (`charge`: how its retry is
+  // paid): the call's next phase, and what its caller does next.
+  Next NextLocked(const Decision& d, RetryCharge charge,
+                  const std::shared_ptr<Attempt>& attempt,
+                  const grpc::Status& status,
+                  grpc::experimental::InterceptorBatchMethods* hold)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Carries out a kRetry or kRefresh of Decide, for an attempt that ended
   // with `status`.
   void Continue(Next& next, const grpc::Status& status)
@@ -272,6 +284,13 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // fails.
   grpc::Status last_status_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Attempt> last_attempt_ ABSL_GUARDED_BY(mu_);
+  // For the next attempt, from the decision to retry: how the budget is to
+  // pay for it, whether it waits for the connection, and the admission of
+  // the failure it retries, left unrecorded (retry_gate.h) unless the retry
+  // is refused for budget or deadline.
+  RetryCharge next_charge_ ABSL_GUARDED_BY(mu_) = RetryCharge::kUpFront;
+  bool next_waits_for_connection_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Admission> deferred_failure_ ABSL_GUARDED_BY(mu_);
   std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
   Batches parked_ ABSL_GUARDED_BY(mu_);
   // The outcome: written once, by FinishLocked, and immutable from then on;

@@ -329,6 +329,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       end.code = status->error_code();
       end.caller_cancelled = cancelled();
       end.local_error = IsLocalError(end.code, status->error_message());
+      end.not_sent = !end.local_error &&
+                     IsNotSent(end.code, status->error_message()) &&
+                     info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
       const Decision d =
           DecideSentOnce(method.resolved.policy, plan_.may_repeat,
                          caller_deadline(), factory_->clock(), end);
@@ -348,8 +351,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           AnnotateMessage(status->error_message(), 1, event.reason),
           status->error_details());
     }
-    RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
+    CountForThrottle(method.gates(), event.status_class, outcome,
                      /*server_said_stop=*/false);
+    RecordAttemptEnd(method.gates(), admission_, /*charge=*/std::nullopt,
+                     event.status_class, outcome, /*retrying=*/false);
     admission_.reset();
     factory_->Emit(method, event, [&](TraceEvent& e) {
       e.time = factory_->clock()->Now();
