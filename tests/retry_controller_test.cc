@@ -931,8 +931,8 @@ TEST(NotSentTest, RetriesDoNotUseUpMaxAttemptsAndWaitForTheConnection) {
   }
   // maxAttempts 2 still allows one retry of a server's own failure.
   c.StartAttempt();
-  Decision d = c.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE, kNoPushback,
-                              false, gen.ref());
+  Decision d = c.OnAttemptEnd(grpc::StatusCode::UNAVAILABLE, kNoPushback, false,
+                              gen.ref());
   ASSERT_EQ(d.action, Action::kRetry);
   EXPECT_FALSE(d.wait_for_connection);
   c.StartAttempt();

@@ -95,8 +95,8 @@ TEST_P(RecordAttemptEndTest, BreakerCountsOnlyTheServersAnswers) {
   o.min_attempts = 100;
   breaker_ = *CircuitBreaker::Create("record", o, &clock_);
   std::optional<Admission> admission = breaker_->Admit();
-  RecordAttemptEnd(Gates(), admission, std::nullopt, row.status_class,
-                   row.outcome, /*retrying=*/false);
+  RecordAttemptEnd(Gates(), admission, row.status_class, row.outcome,
+                   /*retrying=*/false);
   const BreakerSnapshot s = breaker_->Snapshot();
   EXPECT_EQ(s.window_attempts, row.window_attempts);
   EXPECT_EQ(s.window_failures, row.window_failures);
@@ -151,21 +151,21 @@ TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
   throttle_ = *RetryThrottle::Create(o);
   const std::optional<Admission> none;
   // A fatal answer costs nothing.
-  EXPECT_TRUE(CountForThrottle(Gates(), StatusClass::kFatal,
-                               Answer(grpc::StatusCode::NOT_FOUND), false));
+  EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kFatal,
+                            Answer(grpc::StatusCode::NOT_FOUND), false));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
   // The server saying stop costs a token, as a retriable failure does; at
   // half of maxTokens retries stop.
-  EXPECT_FALSE(CountForThrottle(Gates(), StatusClass::kFatal,
-                                Answer(grpc::StatusCode::INTERNAL), true));
+  EXPECT_FALSE(SettleAttempt(Gates(), std::nullopt, StatusClass::kFatal,
+                             Answer(grpc::StatusCode::INTERNAL), true));
   EXPECT_EQ(throttle_->milli_tokens(), 1000);
-  EXPECT_FALSE(CountForThrottle(Gates(), StatusClass::kRetriable,
-                                Answer(grpc::StatusCode::UNAVAILABLE), false));
+  EXPECT_FALSE(SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable,
+                             Answer(grpc::StatusCode::UNAVAILABLE), false));
   EXPECT_EQ(throttle_->milli_tokens(), 0);
   // Successes refill it.
   for (int i = 0; i < 3; ++i) {
-    CountForThrottle(Gates(), StatusClass::kOk,
-                     Answer(grpc::StatusCode::OK), false);
+    SettleAttempt(Gates(), std::nullopt, StatusClass::kOk,
+                  Answer(grpc::StatusCode::OK), false);
   }
   EXPECT_EQ(throttle_->milli_tokens(), 1500);
   EXPECT_TRUE(throttle_->RetryAllowed());
@@ -182,7 +182,7 @@ TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
   local.local_error = true;
   for (bool stop : {false, true}) {
     for (StatusClass c : {StatusClass::kFatal, StatusClass::kRetriable}) {
-      EXPECT_TRUE(CountForThrottle(Gates(), c, local, stop));
+      EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, c, local, stop));
       EXPECT_EQ(throttle_->milli_tokens(), 2000);
     }
   }
@@ -190,10 +190,9 @@ TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
 
 TEST_F(RetryGateTest, NoBreakerNoAdmissionRecordsNothing) {
   const DestinationGates none;
-  EXPECT_TRUE(CountForThrottle(none, StatusClass::kRetriable,
-                               Answer(grpc::StatusCode::UNAVAILABLE), false));
-  RecordAttemptEnd(none, std::nullopt, RetryCharge::kOnFailure,
-                   StatusClass::kRetriable,
+  EXPECT_TRUE(SettleAttempt(none, std::nullopt, StatusClass::kRetriable,
+                            Answer(grpc::StatusCode::UNAVAILABLE), false));
+  RecordAttemptEnd(none, std::nullopt, StatusClass::kRetriable,
                    Answer(grpc::StatusCode::UNAVAILABLE), false);
 }
 
@@ -205,8 +204,8 @@ TEST_F(RetryGateTest, NotSentLeavesTheThrottleAlone) {
   throttle_ = *RetryThrottle::Create(o);
   AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
   not_sent.not_sent = true;
-  EXPECT_TRUE(
-      CountForThrottle(Gates(), StatusClass::kRetriable, not_sent, false));
+  EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable,
+                            not_sent, false));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
 }
 
@@ -226,11 +225,11 @@ TEST_F(RetryGateTest, AFailureTheCallRetriesIsNotRecorded) {
   for (int call = 0; call < 50; ++call) {
     // Attempt 1 fails and the call retries: nothing recorded.
     std::optional<Admission> first = breaker_->Admit();
-    RecordAttemptEnd(Gates(), first, std::nullopt, StatusClass::kRetriable,
-                     unavailable, /*retrying=*/true);
+    RecordAttemptEnd(Gates(), first, StatusClass::kRetriable, unavailable,
+                     /*retrying=*/true);
     // The retry succeeds: one success for the call.
     std::optional<Admission> retry = breaker_->Admit();
-    RecordAttemptEnd(Gates(), retry, std::nullopt, StatusClass::kOk,
+    RecordAttemptEnd(Gates(), retry, StatusClass::kOk,
                      Answer(grpc::StatusCode::OK), /*retrying=*/false);
   }
   const BreakerSnapshot s = breaker_->Snapshot();
@@ -244,11 +243,11 @@ TEST_F(RetryGateTest, ACallThatFailsAfterItsRetriesIsAFailure) {
   const AttemptOutcome unavailable = Answer(grpc::StatusCode::UNAVAILABLE);
   for (int call = 0; call < 2; ++call) {
     std::optional<Admission> first = breaker_->Admit();
-    RecordAttemptEnd(Gates(), first, std::nullopt, StatusClass::kRetriable,
-                     unavailable, /*retrying=*/true);
+    RecordAttemptEnd(Gates(), first, StatusClass::kRetriable, unavailable,
+                     /*retrying=*/true);
     std::optional<Admission> last = breaker_->Admit();
-    RecordAttemptEnd(Gates(), last, std::nullopt, StatusClass::kRetriable,
-                     unavailable, /*retrying=*/false);
+    RecordAttemptEnd(Gates(), last, StatusClass::kRetriable, unavailable,
+                     /*retrying=*/false);
   }
   EXPECT_EQ(breaker_->state(), BreakerState::kOpen);
 }
@@ -260,7 +259,7 @@ TEST_F(RetryGateTest, AProbeIsRecordedEvenWhenTheCallRetries) {
   clock_.Advance(absl::Seconds(1));
   std::optional<Admission> probe = breaker_->Admit();
   ASSERT_TRUE(probe->probe());
-  RecordAttemptEnd(Gates(), probe, std::nullopt, StatusClass::kRetriable,
+  RecordAttemptEnd(Gates(), probe, StatusClass::kRetriable,
                    Answer(grpc::StatusCode::UNAVAILABLE), /*retrying=*/true);
   EXPECT_EQ(breaker_->state(), BreakerState::kOpen);
 }
@@ -307,31 +306,29 @@ TEST(RetryChargeForTest, ByWhatTheFailureSaid) {
 TEST_F(RetryGateTest, OnFailureRetriesArePaidOnlyWhenTheyFail) {
   // The budget alone: a failure must not open a breaker here.
   const DestinationGates gates{nullptr, budget_.get(), nullptr};
-  const AttemptStart ok = BeforeAttempt(2, false, absl::Seconds(1), gates,
-                                        RetryCharge::kOnFailure);
+  const AttemptStart ok =
+      BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kOnFailure);
   ASSERT_EQ(ok.refused, GiveUpReason::kNone);
   ASSERT_EQ(ok.charge, RetryCharge::kOnFailure);
-  RecordAttemptEnd(gates, ok.admission, ok.charge, StatusClass::kOk,
-                   Answer(grpc::StatusCode::OK), false);
+  SettleAttempt(gates, ok.charge, StatusClass::kOk,
+                Answer(grpc::StatusCode::OK), false);
   EXPECT_EQ(budget_->Snapshot().retries, 0);
   EXPECT_EQ(budget_->Snapshot().refunded, 1u);
   // OneRetry(): one paid retry per window. A failed one pays it...
-  const AttemptStart bad = BeforeAttempt(2, false, absl::Seconds(1), gates,
-                                         RetryCharge::kOnFailure);
+  const AttemptStart bad =
+      BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kOnFailure);
   ASSERT_EQ(bad.refused, GiveUpReason::kNone);
-  RecordAttemptEnd(gates, bad.admission, bad.charge,
-                   StatusClass::kRetriable,
-                   Answer(grpc::StatusCode::UNAVAILABLE), false);
+  SettleAttempt(gates, bad.charge, StatusClass::kRetriable,
+                Answer(grpc::StatusCode::UNAVAILABLE), false);
   EXPECT_EQ(budget_->Snapshot().retries, 1);
   // ...and the next is refused, kOnFailure or not, but a free one passes.
-  EXPECT_EQ(BeforeAttempt(2, false, absl::Seconds(1), gates,
-                          RetryCharge::kOnFailure)
-                .refused,
-            GiveUpReason::kBudgetExhausted);
   EXPECT_EQ(
-      BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kFree)
+      BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kOnFailure)
           .refused,
-      GiveUpReason::kNone);
+      GiveUpReason::kBudgetExhausted);
+  EXPECT_EQ(BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kFree)
+                .refused,
+            GiveUpReason::kNone);
 }
 
 // --- GateRetry: vetoes before the backoff, spending nothing ---

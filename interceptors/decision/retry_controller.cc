@@ -42,8 +42,8 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
   outcome.code = end.code;
   outcome.caller_cancelled = end.caller_cancelled;
   outcome.local_error = end.local_error && end.code != grpc::StatusCode::OK;
-  outcome.not_sent = end.not_sent && end.code != grpc::StatusCode::OK &&
-                     !outcome.local_error;
+  outcome.not_sent =
+      end.not_sent && end.code != grpc::StatusCode::OK && !outcome.local_error;
   outcome.caller_deadline_expired = now >= deadline_;
   // The attempt's deadline was its own timeout only if it came before the
   // call's deadline.

@@ -20,8 +20,14 @@ struct NoRandomness {
 
 }  // namespace
 
-bool CountForThrottle(const DestinationGates& dest, StatusClass status_class,
-                      const AttemptOutcome& outcome, bool server_said_stop) {
+bool SettleAttempt(const DestinationGates& dest,
+                   std::optional<RetryCharge> charge, StatusClass status_class,
+                   const AttemptOutcome& outcome, bool server_said_stop) {
+  if (dest.budget != nullptr && charge.has_value()) {
+    dest.budget->RecordRetryEnd(
+        *charge,
+        AttemptResultFor(status_class, outcome) == AttemptResult::kFailure);
+  }
   if (dest.throttle == nullptr) return true;
   // Not the server's answer, whatever trailers came with it.
   if (outcome.local_error || outcome.not_sent) {
@@ -49,14 +55,10 @@ RetryCharge RetryChargeFor(const AttemptOutcome& outcome,
 
 void RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
-                      std::optional<RetryCharge> charge,
                       StatusClass status_class, const AttemptOutcome& outcome,
                       bool retrying) {
-  const AttemptResult result = AttemptResultFor(status_class, outcome);
-  if (dest.budget != nullptr && charge.has_value()) {
-    dest.budget->RecordRetryEnd(*charge, result == AttemptResult::kFailure);
-  }
   if (dest.breaker == nullptr || !admission.has_value()) return;
+  const AttemptResult result = AttemptResultFor(status_class, outcome);
   if (retrying && result == AttemptResult::kFailure && !admission->probe()) {
     return;  // the retry speaks for the call
   }

@@ -8,7 +8,8 @@
 //
 // Around each attempt, in this order:
 //
-//   attempt ends ──> CountForThrottle: A6 throttle counts it
+//   attempt ends ──> SettleAttempt: A6 throttle counts it; a retry granted
+//                    on credit is paid (failed) or refunded
 //               ──> RetryController::OnAttemptEnd: cancelled? deadline?
 //                    class? idempotent? server pushback? attempts left?
 //                    does the backoff fit the deadline?
@@ -60,12 +61,17 @@ struct DestinationGates {
   RetryThrottle* throttle = nullptr;
 };
 
-// Tells the A6 throttle how an attempt ended (a retriable failure, or the
-// server saying stop, takes a token; OK adds one back). An error the client
-// made itself, or an attempt that never reached the server, tells it
-// nothing. Returns whether the throttle still allows a retry.
-bool CountForThrottle(const DestinationGates& dest, StatusClass status_class,
-                      const AttemptOutcome& outcome, bool server_said_stop);
+// Settles the cost of an attempt, before the call decides what follows (so
+// that the decision sees the budget with this attempt settled): the A6
+// throttle counts it (a retriable failure, or the server saying stop, takes
+// a token; OK adds one back; an error the client made itself, or an
+// attempt that never reached the server, tells it nothing), and a retry the
+// budget granted as kOnFailure (`charge`, from AttemptStart) is paid if it
+// failed (AttemptResultFor says kFailure), refunded otherwise. Returns
+// whether the throttle still allows a retry.
+bool SettleAttempt(const DestinationGates& dest,
+                   std::optional<RetryCharge> charge, StatusClass status_class,
+                   const AttemptOutcome& outcome, bool server_said_stop);
 
 // How the retry that follows a failure is paid for (retry_budget.h):
 // kFree when the failure never reached the server (outcome.not_sent);
@@ -73,17 +79,14 @@ bool CountForThrottle(const DestinationGates& dest, StatusClass status_class,
 // or `server_pushback`: the server named a delay); kOnFailure otherwise.
 RetryCharge RetryChargeFor(const AttemptOutcome& outcome, bool server_pushback);
 
-// Tells the breaker and the budget how an admitted attempt ended, once the
-// call's decision is known: the breaker records it under `admission` (when
-// there is one) as AttemptResultFor(status_class, outcome), except a
-// CLOSED-state failure that the call retries (`retrying`), which is left
-// unrecorded (see the top of this file). A retry granted as kOnFailure
-// (`charge`, from AttemptStart) is paid if it failed, refunded otherwise.
-// Call without holding locks of your own: a breaker transition calls its
-// listeners on this thread.
+// Tells the breaker how an admitted attempt ended, once the call's decision
+// is known: it records it under `admission` (when there is one) as
+// AttemptResultFor(status_class, outcome), except a CLOSED-state failure
+// that the call retries (`retrying`), which is left unrecorded (see the top
+// of this file). Call without holding locks of your own: a breaker
+// transition calls its listeners on this thread.
 void RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
-                      std::optional<RetryCharge> charge,
                       StatusClass status_class, const AttemptOutcome& outcome,
                       bool retrying);
 
@@ -96,7 +99,7 @@ void RecordDeferredFailure(const DestinationGates& dest,
 
 // The controller's decision `d`, vetoed when the destination cannot take a
 // retry now: an open breaker (breaker_open), a throttle without tokens
-// (`throttle_allows`, from CountForThrottle) or a budget without allowance
+// (`throttle_allows`, from SettleAttempt) or a budget without allowance
 // for a retry paid as `charge` (budget_exhausted). Spends nothing.
 // Decisions other than kRetry pass unchanged.
 Decision GateRetry(Decision d, bool throttle_allows,
@@ -114,7 +117,7 @@ struct AttemptStart {
   // CircuitBreaker::RefusalMessage).
   std::optional<Admission> admission;
   // For a retry sent: how the budget granted it, to pass to
-  // RecordAttemptEnd. None for a first attempt or without a budget.
+  // SettleAttempt. None for a first attempt or without a budget.
   std::optional<RetryCharge> charge;
 };
 
@@ -123,7 +126,7 @@ struct AttemptStart {
 // to the breaker, then, for a retry, asks the budget for a grant paid as
 // `charge` (giving the admission back when the budget refuses); a first
 // attempt that goes out earns budget instead. A grant taken for an attempt
-// that is then not sent must be ended: RecordAttemptEnd with a kIgnored
+// that is then not sent must be ended: SettleAttempt with a kIgnored
 // outcome, or RetryBudget::RecordRetryEnd(charge, false). Call without
 // holding locks of your own.
 AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,

@@ -101,8 +101,7 @@ RetryBudget::RetryBudget(const RetryBudgetOptions& options, Clock* clock)
 RetryBudget::~RetryBudget() = default;
 
 bool RetryBudget::State::AllowsOneMoreLocked(absl::Time now, double ratio,
-                                             double floor,
-                                             RetryCharge charge) {
+                                             double floor, RetryCharge charge) {
   if (charge == RetryCharge::kFree) return true;
   // A first attempt counted concurrently may be missed: that only makes
   // this decision stricter, never overdraws.

@@ -215,8 +215,10 @@ void HijackedCall::StartAttempt() {
   // An admitted attempt that is not sent gives its permit and its grant
   // back.
   if (give_back) {
-    RecordAttemptEnd(method_.gates(), start.admission, start.charge,
-                     StatusClass::kFatal, NeverSent(), /*retrying=*/false);
+    SettleAttempt(method_.gates(), start.charge, StatusClass::kFatal,
+                  NeverSent(), /*server_said_stop=*/false);
+    RecordAttemptEnd(method_.gates(), start.admission, StatusClass::kFatal,
+                     NeverSent(), /*retrying=*/false);
   }
   if (ended) Conclude(ending);
   if (!send) return;
@@ -332,8 +334,8 @@ HijackedCall::Next HijackedCall::Decide(
     pushback.min_delay = ParseRetryInfo(status.error_details());
   }
   const bool server_said_stop = pushback.kind == Pushback::Kind::kStop;
-  const bool server_pushback = pushback.kind != Pushback::Kind::kNone ||
-                               pushback.min_delay.has_value();
+  const bool server_pushback =
+      pushback.kind != Pushback::Kind::kNone || pushback.min_delay.has_value();
   AttemptEnd end;
   end.code = status.error_code();
   end.local_error = IsLocalError(status.error_code(), status.error_message());
@@ -350,9 +352,10 @@ HijackedCall::Next HijackedCall::Decide(
     outcome = controller_.OutcomeOf(end);
   }
   const StatusClass status_class = policy_.MakeClassifier().Classify(outcome);
-  // Outside mu_: the throttle is shared.
-  const bool throttle_allows = CountForThrottle(method_.gates(), status_class,
-                                                outcome, server_said_stop);
+  // Outside mu_: the throttle and budget are shared.
+  const bool throttle_allows =
+      SettleAttempt(method_.gates(), attempt->charge, status_class, outcome,
+                    server_said_stop);
 
   Next next;
   Decision d;
@@ -373,9 +376,8 @@ HijackedCall::Next HijackedCall::Decide(
   // The destination hears of the attempt now that it is known whether the
   // call retries (retry_gate.h), and before the next attempt can start;
   // outside mu_: a breaker transition calls listeners on this thread.
-  RecordAttemptEnd(method_.gates(), attempt->admission, attempt->charge,
-                   d.status_class, d.outcome,
-                   next.kind == Next::Kind::kRetry);
+  RecordAttemptEnd(method_.gates(), attempt->admission, d.status_class,
+                   d.outcome, next.kind == Next::Kind::kRetry);
   return next;
 }
 

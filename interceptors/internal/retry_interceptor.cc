@@ -351,10 +351,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           AnnotateMessage(status->error_message(), 1, event.reason),
           status->error_details());
     }
-    CountForThrottle(method.gates(), event.status_class, outcome,
-                     /*server_said_stop=*/false);
-    RecordAttemptEnd(method.gates(), admission_, /*charge=*/std::nullopt,
-                     event.status_class, outcome, /*retrying=*/false);
+    SettleAttempt(method.gates(), /*charge=*/std::nullopt, event.status_class,
+                  outcome, /*server_said_stop=*/false);
+    RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
+                     /*retrying=*/false);
     admission_.reset();
     factory_->Emit(method, event, [&](TraceEvent& e) {
       e.time = factory_->clock()->Now();
