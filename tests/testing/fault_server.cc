@@ -5,6 +5,8 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -98,11 +100,17 @@ class FaultServer::Impl final
     return total_attempts_;
   }
 
+  int64_t shed_attempts() const {
+    absl::MutexLock lock(&mu_);
+    return shed_attempts_;
+  }
+
   void SetMode(int fail_percent, int delay_ms, bool hang,
-               int apply_then_fail_percent) {
+               int apply_then_fail_percent, int capacity_per_second) {
     std::vector<grpc::ServerUnaryReactor*> release;
     {
       absl::MutexLock lock(&mu_);
+      capacity_per_second_ = capacity_per_second;
       mode_fail_percent_ = fail_percent;
       mode_delay_ms_ = delay_ms;
       mode_hang_ = hang;
@@ -165,6 +173,20 @@ class FaultServer::Impl final
         return reactor;
       }
       mode_delay_ms = mode_delay_ms_;
+      if (capacity_per_second_ > 0) {
+        // Capacity per 100 ms slice: a shed attempt is answered at once.
+        const int64_t slice = absl::ToUnixMillis(absl::Now()) / 100;
+        if (slice != slice_) {
+          slice_ = slice;
+          slice_attempts_ = 0;
+        }
+        if (++slice_attempts_ > std::max(1, capacity_per_second_ / 10)) {
+          ++shed_attempts_;
+          reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                       "over capacity"));
+          return reactor;
+        }
+      }
       fail = attempt <= req->fail_first() ||
              (req->fail_percent() > 0 &&
               absl::Uniform(gen_, 0, 100) < req->fail_percent());
@@ -257,6 +279,10 @@ class FaultServer::Impl final
   int mode_delay_ms_ ABSL_GUARDED_BY(mu_) = 0;
   bool mode_hang_ ABSL_GUARDED_BY(mu_) = false;
   int mode_apply_then_fail_percent_ ABSL_GUARDED_BY(mu_) = 0;
+  int capacity_per_second_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t slice_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t slice_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t shed_attempts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<grpc::ServerUnaryReactor*> hung_ ABSL_GUARDED_BY(mu_);
   absl::BitGen gen_ ABSL_GUARDED_BY(mu_);
 };
@@ -271,7 +297,7 @@ class FaultServer::ControlService final
       const rpcguard::testing::v1::ControlRequest* req,
       rpcguard::testing::v1::ControlReply* reply) override {
     impl_->SetMode(req->fail_percent(), req->delay_ms(), req->hang(),
-                   req->apply_then_fail_percent());
+                   req->apply_then_fail_percent(), req->capacity_per_second());
     reply->set_total_attempts(impl_->total_attempts());
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -305,15 +331,19 @@ FaultServer::FaultServer(int port)
 }
 
 void FaultServer::SetMode(int fail_percent, int delay_ms, bool hang,
-                          int apply_then_fail_percent) {
-  impl_->SetMode(fail_percent, delay_ms, hang, apply_then_fail_percent);
+                          int apply_then_fail_percent,
+                          int capacity_per_second) {
+  impl_->SetMode(fail_percent, delay_ms, hang, apply_then_fail_percent,
+                 capacity_per_second);
 }
+
+int64_t FaultServer::shed_attempts() const { return impl_->shed_attempts(); }
 
 FaultServer::~FaultServer() { Shutdown(); }
 
 void FaultServer::Shutdown() {
   if (server_) {
-    SetMode(0, 0, false, 0);  // answer hung calls so shutdown can finish
+    SetMode(0, 0, false, 0, 0);  // answer hung calls so shutdown can finish
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();

@@ -56,7 +56,10 @@ class FaultServer {
 
   // Server-wide faults (see ControlRequest in fault.proto).
   void SetMode(int fail_percent, int delay_ms, bool hang,
-               int apply_then_fail_percent);
+               int apply_then_fail_percent, int capacity_per_second = 0);
+
+  // Attempts rejected for capacity so far (capacity_per_second).
+  int64_t shed_attempts() const;
 
   // Stops accepting calls and waits for those in flight.
   void Shutdown();
