@@ -43,10 +43,10 @@ namespace rpcguard {
 //   - the registry holds the only reference to its breaker, budget and
 //     throttle (every channel that looked them up is gone);
 //   - its breaker is CLOSED with nothing counted in its window (the window
-//     has aged out), or OPEN / HALF_OPEN and unused for maxOpenTime +
-//     healthyPeriod (by then a new channel could learn nothing from it that
-//     a fresh breaker would not: the open time is over and the trip would
-//     no longer count towards a longer one). FORCED_OPEN and DISABLED are an
+//     has aged out), or OPEN / HALF_OPEN and unused (neither looked up nor
+//     found referenced by a sweep) for maxOpenTime + healthyPeriod: by then
+//     the open time is over and the trip no longer lengthens the next one,
+//     so a fresh breaker knows as much. FORCED_OPEN and DISABLED are an
 //     operator's decision and are kept until Reset();
 //   - its budget has nothing counted in its window.
 //
@@ -55,12 +55,13 @@ namespace rpcguard {
 //
 // There are no threads or timers: each lookup that adds a key to a shard
 // that has reached its sweep threshold first sweeps that shard (evicts what
-// is evictable), and the threshold then becomes twice the entries left
-// (at least 32). Eviction thus costs O(1) amortized per new key, and an
-// idle registry keeps at most about twice its live entries, plus up to 32
-// per shard. Sweep() evicts everything evictable now, for operators and
-// tests. An evicted key starts afresh at its next lookup, with the options
-// of that lookup (nobody was using the old ones, so they cannot disagree).
+// is evictable), and the threshold then becomes twice the entries left, at
+// least 32. Eviction thus costs O(1) amortized per new key, and a shard
+// holds at most about twice its live entries, or 32. A registry that sees
+// no new keys is not swept: Sweep() evicts everything evictable now, for
+// operators and tests. An evicted key starts afresh at its next lookup,
+// with the options of that lookup (nobody was using the old ones, so they
+// cannot disagree).
 class BreakerRegistry {
  public:
   struct Options {
