@@ -8,6 +8,7 @@
 #ifndef RPCGUARD_DESTINATION_REGISTRY_H_
 #define RPCGUARD_DESTINATION_REGISTRY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,8 +33,35 @@ namespace rpcguard {
 // only for a hash lookup (and, the first time, a construction), so lookups
 // of different keys rarely wait for each other. The interceptor is meant to
 // look a key up once per channel (and method) and keep the shared_ptr, so
-// lookups are not on the per-call path anyway. Entries live as long as the
-// registry.
+// lookups are not on the per-call path anyway.
+//
+// Lifetime of a key's state. A process that talks to many destinations over
+// its life (a gateway: a channel per target, then dropped) must not keep
+// them all, so an entry lives as long as someone uses it, plus what it still
+// has to say. An entry is evictable when all of these hold:
+//
+//   - the registry holds the only reference to its breaker, budget and
+//     throttle (every channel that looked them up is gone);
+//   - its breaker is CLOSED with nothing counted in its window (the window
+//     has aged out), or OPEN / HALF_OPEN and unused (neither looked up nor
+//     found referenced by a sweep) for maxOpenTime + healthyPeriod: by then
+//     the open time is over and the trip no longer lengthens the next one,
+//     so a fresh breaker knows as much. FORCED_OPEN and DISABLED are an
+//     operator's decision and are kept until Reset();
+//   - its budget has nothing counted in its window.
+//
+// An A6 throttle is forgotten with its entry whatever its token count, as
+// gRPC forgets its own with the channels that use it.
+//
+// There are no threads or timers: each lookup that adds a key to a shard
+// that has reached its sweep threshold first sweeps that shard (evicts what
+// is evictable), and the threshold then becomes twice the entries left, at
+// least 32. Eviction thus costs O(1) amortized per new key, and a shard
+// holds at most about twice its live entries, or 32. A registry that sees
+// no new keys is not swept: Sweep() evicts everything evictable now, for
+// operators and tests. An evicted key starts afresh at its next lookup,
+// with the options of that lookup (nobody was using the old ones, so they
+// cannot disagree).
 class BreakerRegistry {
  public:
   struct Options {
@@ -93,9 +121,20 @@ class BreakerRegistry {
   // this returns.
   void RemoveTransitionListener(ListenerId id);
 
-  // Every breaker created so far, with its key, for stats and debug pages.
+  // Every breaker the registry holds (evicted ones are gone), with its key,
+  // sorted by key, for stats and debug pages. The returned pointers keep
+  // their breakers from eviction while held.
   std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>>
   Breakers() const;
+
+  // Evicts every entry that is evictable now (see the class comment), in
+  // every shard. Returns how many were evicted. Lookups call this for one
+  // shard at a time as it grows; calling it is never needed, only useful to
+  // release memory at once (an operator's endpoint, tests).
+  size_t Sweep();
+
+  // The number of keys held (live or not yet swept).
+  size_t size() const;
 
   const Options& options() const { return options_; }
 

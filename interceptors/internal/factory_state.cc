@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rpcguard/internal/sending_scope.h"
 
 namespace rpcguard {
@@ -25,20 +26,51 @@ std::shared_ptr<TraceSink> DefaultSink() {
 
 // Whether this (sink, stats) pair has not yet recorded transition `t`.
 // Channels of several factories share breakers; each factory's listener
-// hears every transition, but a sink should write it once. Transitions are
-// rare, so a process-wide lock is fine here (never on the call path).
+// hears every transition, but a sink should write it once. The registry
+// calls every listener for one transition before any for the breaker's next
+// (breaker.h: in order, one at a time), so a transition is a repeat exactly
+// when it equals the last one recorded for its key. Equality, not "sequence
+// not newer": a breaker the registry evicted and created again starts over
+// at sequence 1, and its transitions must still be recorded.
+//
+// Transitions are rare, so a process-wide lock is fine here (never on the
+// call path). The map is bounded (a gateway may see transitions of many
+// destinations over its life): two generations of at most kGeneration keys;
+// a repeat comes while its listeners are still being called, long before
+// 2 x kGeneration other keys could push it out.
 bool FirstToSee(const TraceSink* sink, const Stats* stats,
                 const BreakerTransition& t) {
+  constexpr size_t kGeneration = 1024;
+  struct Seen {
+    uint64_t sequence = 0;
+    absl::Time time;
+    BreakerState to = BreakerState::kClosed;
+    bool operator==(const Seen& o) const {
+      return sequence == o.sequence && time == o.time && to == o.to;
+    }
+  };
+  using SeenMap = absl::flat_hash_map<std::string, Seen>;
   static absl::Mutex mu(absl::kConstInit);
-  static auto* const last_seen =
-      new absl::flat_hash_map<std::string, uint64_t>();
+  static auto* const current = new SeenMap();
+  static auto* const previous = new SeenMap();
   const std::string key =
       absl::StrCat(reinterpret_cast<uintptr_t>(sink), "/",
                    reinterpret_cast<uintptr_t>(stats), "/", t.key);
+  const Seen seen{t.sequence, t.time, t.to};
   absl::MutexLock lock(&mu);
-  uint64_t& last = (*last_seen)[key];
-  if (t.sequence <= last) return false;
-  last = t.sequence;
+  auto it = current->find(key);
+  if (it == current->end()) {
+    auto old = previous->find(key);
+    if (old != previous->end() && old->second == seen) return false;
+    if (current->size() >= kGeneration) {
+      *previous = std::move(*current);
+      current->clear();
+    }
+    current->emplace(key, seen);
+    return true;
+  }
+  if (it->second == seen) return false;
+  it->second = seen;
   return true;
 }
 

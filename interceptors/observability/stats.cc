@@ -101,9 +101,11 @@ void Histogram(std::string* out, absl::string_view name,
 
 }  // namespace
 
+// Guarded by Stats::mu_ (transitions are rare).
 struct Stats::BreakerCounters {
-  absl::Mutex mu;
-  std::map<std::string, uint64_t> transitions_to ABSL_GUARDED_BY(mu);
+  std::map<std::string, uint64_t> transitions_to;
+  // The state of the last transition: only "closed" keys are dropped.
+  std::string last_to;
 };
 
 Stats::Stats() = default;
@@ -173,15 +175,36 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
 }
 
 void Stats::RecordTransition(const TraceEvent& event) {
-  BreakerCounters* b;
-  {
-    absl::MutexLock lock(&mu_);
-    std::unique_ptr<BreakerCounters>& slot = breakers_[event.breaker_key];
-    if (slot == nullptr) slot = std::make_unique<BreakerCounters>();
-    b = slot.get();
+  absl::MutexLock lock(&mu_);
+  auto it = breakers_.find(event.breaker_key);
+  if (it == breakers_.end()) {
+    if (breakers_.size() >= breakers_sweep_at_) {
+      // Amortized O(1) per new key, as in the breaker registry.
+      for (auto b = breakers_.begin(); b != breakers_.end();) {
+        if (b->second->last_to == "closed") {
+          breakers_.erase(b++);
+        } else {
+          ++b;
+        }
+      }
+      breakers_sweep_at_ = std::max(kMinBreakersSweepAt, 2 * breakers_.size());
+    }
+    it = breakers_
+             .emplace(event.breaker_key, std::make_unique<BreakerCounters>())
+             .first;
   }
-  absl::MutexLock lock(&b->mu);
-  ++b->transitions_to[event.to_state];
+  ++it->second->transitions_to[event.to_state];
+  it->second->last_to = event.to_state;
+}
+
+size_t Stats::breaker_keys() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return breakers_.size();
+}
+
+size_t Stats::method_keys() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return methods_.size();
 }
 
 StatsSnapshot Stats::Snapshot() const {
@@ -210,7 +233,6 @@ StatsSnapshot Stats::Snapshot() const {
   for (const auto& [key, b] : breakers_) {
     BreakerStatsSnapshot s;
     s.key = key;
-    absl::MutexLock breaker_lock(&b->mu);
     s.transitions_to = b->transitions_to;
     snap.breakers.push_back(std::move(s));
   }

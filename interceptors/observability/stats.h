@@ -38,6 +38,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -113,6 +114,15 @@ struct StatsSnapshot {
 
 // Counters of rpcguard's activity. Thread-safe; one instance is shared by all
 // calls of the channels whose Options point at it, and must outlive them.
+//
+// Memory: methods are few and kept for ever. Breaker keys may be many (a
+// gateway calling 100,000 targets over its life, some of which trip): once
+// kMinBreakersSweepAt keys are held, a transition of a new key first drops
+// the counters of every key whose last transition was to CLOSED, as the
+// breaker registry forgets its healthy, unused breakers. Such a key's
+// counters start again from zero if it transitions later (Prometheus sees a
+// counter reset). Keys still OPEN, HALF_OPEN, FORCED_OPEN or DISABLED are
+// kept. The threshold then becomes twice the keys left.
 class Stats {
  public:
   // One method's counters. The pointer returned by ForMethod stays valid as
@@ -142,6 +152,14 @@ class Stats {
   // Copies every counter.
   StatsSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // How many breaker keys and methods have counters, for tests and
+  // operators watching memory.
+  size_t breaker_keys() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t method_keys() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Breaker keys held before any is dropped (see the class comment).
+  static constexpr size_t kMinBreakersSweepAt = 1024;
+
  private:
   struct BreakerCounters;
 
@@ -153,6 +171,9 @@ class Stats {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<BreakerCounters>> breakers_
       ABSL_GUARDED_BY(mu_);
+  // A transition of a new key, with this many keys held, first drops the
+  // keys whose breaker is back to CLOSED; then twice those left.
+  size_t breakers_sweep_at_ ABSL_GUARDED_BY(mu_) = kMinBreakersSweepAt;
 };
 
 // The counters of one method; opaque to users. Public only so that Stats can

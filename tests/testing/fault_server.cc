@@ -318,11 +318,13 @@ class FaultServer::ControlService final
   Impl* impl_;
 };
 
-FaultServer::FaultServer(int port)
+FaultServer::FaultServer(int port) : FaultServer(port, "127.0.0.1") {}
+
+FaultServer::FaultServer(int port, const std::string& host)
     : impl_(std::make_unique<Impl>()),
       control_(std::make_unique<ControlService>(impl_.get())) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+  builder.AddListeningPort(absl::StrCat(host, ":", port),
                            grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(impl_.get());
   builder.RegisterService(control_.get());

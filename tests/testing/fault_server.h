@@ -40,6 +40,12 @@ class FaultServer {
   // ok() for a port already taken.
   explicit FaultServer(int port = 0);
 
+  // Starts the server on `host` ("0.0.0.0": every address, so that a test
+  // can reach it at many distinct targets such as 127.0.3.7:<port>, since
+  // Linux routes all of 127.0.0.0/8 to loopback). address() still says
+  // 127.0.0.1.
+  FaultServer(int port, const std::string& host);
+
   // Whether the server is listening.
   bool ok() const { return server_ != nullptr && port_ != 0; }
   int port() const { return port_; }
