@@ -149,7 +149,10 @@ struct BreakerRegistry::State {
     }
     if (entry.budget != nullptr) {
       const RetryBudgetSnapshot s = entry.budget->Snapshot();
-      if (s.first_attempts > 0 || s.retries > 0) return false;
+      // A retry granted on credit still owes its settlement.
+      if (s.first_attempts > 0 || s.retries > 0 || s.unpaid_in_flight > 0) {
+        return false;
+      }
     }
     return true;
   }
