@@ -530,10 +530,11 @@ TEST_F(EvidenceE2ETest, OneBadBackendAmongSeveral) {
       static_cast<long long>(b.total_attempts()));
   EXPECT_GT(bad.total_attempts(), 0) << "round_robin reached the bad one";
   // round_robin hands out backends in turn to every caller's attempts, so
-  // a call can meet the bad one on each of its 3 attempts when the other
-  // callers' attempts come between its own just so (seen: 6 in 1,018);
-  // rpcguard does not pick backends. Every other call succeeds.
-  EXPECT_GE(t.success(), 0.98) << sink_->give_ups();
+  // a call meets the bad one on each of its 3 attempts when the other
+  // callers' attempts come between its own just so: were the picks
+  // independent, 1 call in 27 would; seen 0.6% to 1.6%. rpcguard does not
+  // pick backends. The breaker sees calls, and stays closed.
+  EXPECT_GE(t.success(), 0.95) << sink_->give_ups();
   const BreakerSnapshot s = registry_->Get(target)->Snapshot();
   EXPECT_EQ(s.transitions, 0u) << absl::StrJoin(sink_->transitions(), "; ");
 }

@@ -309,6 +309,11 @@ class RetryLog {
  public:
   std::shared_ptr<TraceSink> Sink() {
     return std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+      if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+        absl::MutexLock lock(&mu_);
+        transitions_.push_back({e.time, e.to_state, e.message});
+        return;
+      }
       if (e.kind != TraceEvent::Kind::kAttempt ||
           e.decision != TraceDecision::kRetry) {
         return;
@@ -316,6 +321,17 @@ class RetryLog {
       absl::MutexLock lock(&mu_);
       backoff_end_[{e.idempotency_key, e.attempt}] = e.time + e.backoff;
     });
+  }
+
+  struct Transition {
+    absl::Time time;
+    std::string to;
+    std::string why;
+  };
+  // The breaker's transitions, in order.
+  std::vector<Transition> transitions() const {
+    absl::MutexLock lock(&mu_);
+    return transitions_;
   }
 
   // absl::InfiniteFuture() when rpcguard traced no retry after `attempt`.
@@ -327,6 +343,7 @@ class RetryLog {
 
  private:
   mutable absl::Mutex mu_;
+  std::vector<Transition> transitions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, int>, absl::Time> backoff_end_
       ABSL_GUARDED_BY(mu_);
 };
@@ -485,6 +502,9 @@ class Chaos {
   // --- the server
   void StartServer(int port);
   void KillServer(const std::string& why, absl::Duration down);
+  // Issue 13's burst at start: 200 concurrent calls, each failing once,
+  // before any other load; returns how many succeeded.
+  int BurstAtStart();
   bool Control(int fail_percent, int delay_ms, bool hang,
                int apply_then_fail_percent);
   bool SnapshotServer();
@@ -525,6 +545,13 @@ class Chaos {
   // Declared before the channel: its interceptors write into these.
   AttemptLog attempts_;
   RetryLog retries_;
+  // A registry of the test's own: a fresh process's, and one to ask.
+  std::shared_ptr<BreakerRegistry> registry_ =
+      *BreakerRegistry::Create(BreakerRegistry::Options());
+  int burst_ok_ = -1;
+  bool burst_breaker_closed_ = false;
+  // When the quick restart's server was back.
+  absl::Time quick_restart_back_ = absl::InfiniteFuture();
   StallLog stalls_;
   std::atomic<bool> heartbeat_stop_{false};
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
@@ -901,6 +928,47 @@ void Chaos::Watchdog() {
   }
 }
 
+int Chaos::BurstAtStart() {
+  constexpr int kCalls = 200;
+  if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                  std::chrono::seconds(10))) {
+    return 0;
+  }
+  auto stub = FaultService::NewStub(channel_);
+  struct Call {
+    grpc::ClientContext ctx;
+    FaultRequest req;
+    FaultReply reply;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  absl::Mutex mu;
+  int pending = kCalls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call& c = *calls.back();
+    c.req.set_op_id(absl::StrCat("burst-", i));
+    c.req.set_fail_first(1);
+    c.ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  }
+  for (auto& call : calls) {
+    Call* c = call.get();
+    stub->async()->Get(&c->ctx, &c->req, &c->reply,
+                       [c, &mu, &pending](grpc::Status s) {
+                         c->status = std::move(s);
+                         absl::MutexLock lock(&mu);
+                         --pending;
+                       });
+  }
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](int* p) { return *p == 0; }, &pending));
+  int ok = 0;
+  for (const auto& c : calls) ok += c->status.ok() ? 1 : 0;
+  return ok;
+}
+
 void Chaos::Run() {
   StartServer(0);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
@@ -918,6 +986,8 @@ void Chaos::Run() {
   // Retry decisions only, into the RetryLog (not stderr: thousands).
   options.trace_sink = retries_.Sink();
   options.trace_verbosity = TraceVerbosity::kRetries;
+  options.breaker_registry = registry_;
+  options.destination = server_.address();
   std::vector<
       std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       factories;
@@ -937,6 +1007,14 @@ void Chaos::Run() {
   control_args.SetMaxReceiveMessageSize(256 << 20);
   control_ = FaultControl::NewStub(grpc::CreateCustomChannel(
       server_.address(), grpc::InsecureChannelCredentials(), control_args));
+
+  burst_ok_ = BurstAtStart();
+  burst_breaker_closed_ =
+      registry_->Get(server_.address())->Snapshot().transitions == 0;
+  Log(absl::StrCat("burst at start: ", burst_ok_,
+                   " of 200 calls failing once "
+                   "succeeded; breaker ",
+                   burst_breaker_closed_ ? "stayed closed" : "moved"));
 
   std::thread heartbeat([this] { stalls_.Run(&heartbeat_stop_); });
   std::thread canceller([this] { Canceller(); });
@@ -972,6 +1050,13 @@ void Chaos::Run() {
   Healed("restart after 2 s down");
   PhaseStart("healthy after down", /*fault=*/false);
   Sleep(absl::Seconds(5));
+
+  PhaseStart("quick restart: killed, back within 0.5 s", /*fault=*/true);
+  KillServer("quick restart", absl::Milliseconds(500));
+  quick_restart_back_ = absl::Now();
+  Healed("restart after 0.5 s down");
+  PhaseStart("healthy after quick restart", /*fault=*/false);
+  Sleep(absl::Seconds(3));
 
   PhaseStart("hang: the server answers nothing", /*fault=*/true);
   t = absl::Now();
@@ -1061,6 +1146,8 @@ int64_t Chaos::CheckAndReport() {
   Check memory{"memory bound"};
   Check recovery{"recovery after heal"};
   Check down{"port refuses while down"};
+  Check burst{"burst at start: >= 199 of 200"};
+  Check restart{"quick restart: breaker closed in 1 s"};
 
   std::map<grpc::StatusCode, int64_t> outcomes;
   int64_t by_api[2] = {0, 0};
@@ -1319,6 +1406,26 @@ int64_t Chaos::CheckAndReport() {
     }
   }
 
+  // 7. Issue 13: a blip is not an outage. A burst of calls failing once
+  // all succeed with the breaker closed; after a quick restart the breaker
+  // is closed within 1 s of the server's return (it may open while the
+  // port refuses connections only if calls kept failing after retries).
+  if (burst_ok_ < 199 || !burst_breaker_closed_) {
+    burst.Fail(absl::StrCat(burst_ok_, " succeeded, breaker ",
+                            burst_breaker_closed_ ? "closed" : "moved"));
+  }
+  std::string last_state = "closed";
+  std::string last_why;
+  for (const RetryLog::Transition& t : retries_.transitions()) {
+    if (t.time > quick_restart_back_ + absl::Seconds(1)) break;
+    last_state = t.to;
+    last_why = t.why;
+  }
+  if (quick_restart_back_ != absl::InfiniteFuture() && last_state != "closed") {
+    restart.Fail(absl::StrCat("breaker ", last_state, " 1 s after the return (",
+                              last_why, ")"));
+  }
+
   // --- The report.
   const int64_t calls = static_cast<int64_t>(calls_.size());
   int64_t server_attempts_total = 0;
@@ -1431,11 +1538,15 @@ int64_t Chaos::CheckAndReport() {
   memory.detail = absl::StrCat("peak ", rss_peak, " MB");
   recovery.detail = absl::StrCat(heals_.size(), " heals");
   down.detail = absl::StrCat(down_probes_, " TCP connects while down");
+  burst.detail = absl::StrCat(burst_ok_, " succeeded");
+  restart.detail =
+      absl::StrCat(retries_.transitions().size(), " breaker transitions");
   int64_t violations = 0;
   attempt_deadline.detail =
       absl::StrCat(attempts_.total(), " attempts (rpcguard's own part)");
-  for (Check* c : {&attempt_deadline, &late, &cancel, &create, &charge,
-                   &complete, &trailer, &memory, &recovery, &down}) {
+  for (Check* c :
+       {&attempt_deadline, &late, &cancel, &create, &charge, &complete,
+        &trailer, &memory, &recovery, &down, &burst, &restart}) {
     absl::StrAppendFormat(&out, "    %-34s %-52s violations: %d\n", c->name,
                           c->detail, c->violations);
     for (const std::string& e : c->examples) {
