@@ -539,5 +539,71 @@ TEST_F(EvidenceE2ETest, OneBadBackendAmongSeveral) {
   EXPECT_EQ(s.transitions, 0u) << absl::StrJoin(sink_->transitions(), "; ");
 }
 
+// An attempt that finds no connection is retried with wait-for-ready: the
+// call waits for the server to come back within its deadline, without
+// using up maxAttempts or telling the breaker anything.
+TEST_F(EvidenceE2ETest, NoConnectionWaitsForTheServerWithinTheDeadline) {
+  auto channel = Channel(R"({"methodConfig": [{"name": [{"service":
+      "rpcguard.testing.v1.FaultService"}], "retryPolicy": {"maxAttempts": 2,
+      "initialBackoff": "0.01s", "maxBackoff": "0.1s", "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+  auto stub = FaultService::NewStub(channel);
+  ASSERT_TRUE(channel->WaitForConnected(In(absl::Seconds(10))));
+  server_.Kill();
+  // The channel notices (a call fails) before the test call starts.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Milliseconds(200)));
+    FaultRequest req;
+    FaultReply reply;
+    MarkPassThrough(&ctx);
+    stub->Get(&ctx, req, &reply).ok();
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(8)));
+  FaultRequest req;
+  req.set_op_id("waits");
+  req.set_fail_first(1);  // and a server failure after: maxAttempts still 2
+  FaultReply reply;
+  grpc::Status s;
+  absl::Notification done;
+  stub->async()->Get(&ctx, &req, &reply, [&](grpc::Status st) {
+    s = std::move(st);
+    done.Notify();
+  });
+  // Restarted from this thread: the child dies with the thread that
+  // started it (ServerProcess).
+  absl::SleepFor(absl::Milliseconds(700));
+  ASSERT_TRUE(server_.Start(server_.port()).ok());
+  done.WaitForNotification();
+  EXPECT_TRUE(s.ok()) << s.error_message() << " " << sink_->give_ups();
+  EXPECT_EQ(reply.attempts_seen(), 2);  // the server saw its failure and OK
+  EXPECT_GE(sink_->not_sent(), 1);
+  EXPECT_EQ(Breaker()->Snapshot().window_failures, 0);
+}
+
+// An explicit waitForReady false in the config fails such a call fast, as
+// gRPC does by default.
+TEST_F(EvidenceE2ETest, WaitForReadyFalseFailsFast) {
+  auto channel = Channel(R"({"methodConfig": [{"name": [{"service":
+      "rpcguard.testing.v1.FaultService"}], "waitForReady": false}]})");
+  auto stub = FaultService::NewStub(channel);
+  ASSERT_TRUE(channel->WaitForConnected(In(absl::Seconds(10))));
+  server_.Kill();
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time start = absl::Now();
+  grpc::Status s;
+  for (int i = 0; i < 3; ++i) {  // the first may find the channel connecting
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    FaultRequest req;
+    req.set_op_id(absl::StrCat("fast-", i));
+    FaultReply reply;
+    s = stub->Get(&ctx, req, &reply);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
 }  // namespace
 }  // namespace rpcguard

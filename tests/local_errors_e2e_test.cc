@@ -306,3 +306,38 @@ INSTANTIATE_TEST_SUITE_P(AllStubs, LocalErrorsE2ETest,
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// gRPC 1.51's own words for a call that found no connection, which
+// IsNotSent recognises: a port where nothing listens, with pick_first and
+// round_robin. Plain channels: these are gRPC's words, not rpcguard's.
+TEST(NotSentWordsTest, GrpcSaysSoForAPortThatRefuses) {
+  int port;
+  {
+    FaultServer gone;  // a port that was just free, now refusing
+    ASSERT_TRUE(gone.ok());
+    port = gone.port();
+  }
+  for (const char* policy : {"pick_first", "round_robin"}) {
+    grpc::ChannelArguments args;
+    args.SetLoadBalancingPolicyName(policy);
+    auto channel = grpc::CreateCustomChannel(
+        absl::StrCat("ipv4:127.0.0.1:", port),
+        grpc::InsecureChannelCredentials(), args);
+    auto stub = FaultService::NewStub(channel);
+    FaultRequest req;
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    const grpc::Status s = stub->Get(&ctx, req, &reply);
+    EXPECT_TRUE(IsNotSent(s.error_code(), s.error_message()))
+        << policy << ": " << s.error_code() << " " << s.error_message();
+    EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+  }
+}
+
+}  // namespace
+}  // namespace rpcguard

@@ -943,18 +943,42 @@ TEST(NotSentTest, RetriesDoNotUseUpMaxAttemptsAndWaitForTheConnection) {
   EXPECT_EQ(c.attempts(), 5);
 }
 
-// Without a deadline nothing would bound a wait: no wait for the
-// connection, and never more than kMaxAttemptsCap attempts in all.
-TEST(NotSentTest, WithoutADeadlineNoWaitAndTheCapHolds) {
+// Without a deadline nothing would bound a wait; with an explicit
+// fail-fast the caller does not want one: no wait for the connection, and
+// the attempts count against maxAttempts like any other.
+TEST(NotSentTest, WithoutADeadlineOrWithFailFastNoWait) {
+  for (bool deadline : {false, true}) {
+    FakeClock clock;
+    const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
+    RetryController c(
+        policy, true,
+        deadline ? clock.Now() + absl::Seconds(30) : absl::InfiniteFuture(),
+        &clock);
+    FixedBitGen gen(1.0);
+    AttemptEnd end = NoConnection();
+    end.may_wait = !deadline;  // with a deadline: fail fast asked for
+    Decision d;
+    do {
+      c.StartAttempt();
+      d = c.OnAttemptEnd(end, kNoPushback, gen.ref());
+      if (d.action == Action::kRetry) EXPECT_FALSE(d.wait_for_connection);
+    } while (d.action == Action::kRetry);
+    EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
+    EXPECT_EQ(c.attempts(), 3);
+  }
+}
+
+// However many attempts find no connection, never more than
+// kMaxAttemptsCap in all.
+TEST(NotSentTest, TheCapHolds) {
   FakeClock clock;
-  const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
-  RetryController c(policy, true, absl::InfiniteFuture(), &clock);
+  const MethodPolicy policy = A6Policy(absl::Milliseconds(1), 3);
+  RetryController c(policy, true, clock.Now() + absl::Seconds(60), &clock);
   FixedBitGen gen(1.0);
   Decision d;
   do {
     c.StartAttempt();
     d = c.OnAttemptEnd(NoConnection(), kNoPushback, gen.ref());
-    if (d.action == Action::kRetry) EXPECT_FALSE(d.wait_for_connection);
   } while (d.action == Action::kRetry);
   EXPECT_EQ(d.reason, GiveUpReason::kMaxAttempts);
   EXPECT_EQ(c.attempts(), kMaxAttemptsCap);

@@ -101,7 +101,9 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
     d.reason = GiveUpReason::kPushbackStop;
     return d;
   }
-  if (outcome.not_sent) ++not_sent_;
+  const bool wait =
+      outcome.not_sent && end.may_wait && deadline_ != absl::InfiniteFuture();
+  if (wait) ++not_sent_;
   if (attempts_ - not_sent_ >= policy_.retry.max_attempts ||
       attempts_ >= kMaxAttemptsCap) {
     d.reason = GiveUpReason::kMaxAttempts;
@@ -135,8 +137,7 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
   }
   d.action = Decision::Action::kRetry;
   d.delay = delay;
-  d.wait_for_connection =
-      outcome.not_sent && deadline_ != absl::InfiniteFuture();
+  d.wait_for_connection = wait;
   return d;
 }
 

@@ -43,10 +43,14 @@ struct AttemptEnd {
   // ends at once, and the destination is told nothing.
   bool local_error = false;
   // The attempt never reached the server (IsNotSent, channel not READY).
-  // Its retry does not use up maxAttempts (the server never saw it; like
-  // gRPC's transparent retries), within kMaxAttemptsCap attempts in all,
-  // and waits for the channel to connect (wait_for_connection).
+  // When its retry may wait for the connection (`may_wait`) and the call
+  // has a deadline, the retry waits (wait_for_connection) and does not use
+  // up maxAttempts (the server never saw the attempt; like gRPC's
+  // transparent retries), within kMaxAttemptsCap attempts in all. A retry
+  // that may not wait (an explicit waitForReady false, the caller's or the
+  // config's) counts as any other.
   bool not_sent = false;
+  bool may_wait = true;
 };
 
 // What to do after an attempt.

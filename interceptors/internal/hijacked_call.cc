@@ -345,6 +345,9 @@ HijackedCall::Next HijackedCall::Decide(
                  IsNotSent(status.error_code(), status.error_message()) &&
                  setup_.channel != nullptr &&
                  setup_.channel->GetState(false) != GRPC_CHANNEL_READY;
+  // An explicit fail-fast, the caller's or the config's, is kept.
+  end.may_wait = policy_.wait_for_ready.value_or(true) &&
+                 setup_.caller.wait_for_ready.value_or(true);
   AttemptOutcome outcome;
   {
     internal::MutexLock lock(&mu_);
