@@ -323,9 +323,9 @@ TEST(NotSentWordsTest, GrpcSaysSoForAPortThatRefuses) {
   for (const char* policy : {"pick_first", "round_robin"}) {
     grpc::ChannelArguments args;
     args.SetLoadBalancingPolicyName(policy);
-    auto channel = grpc::CreateCustomChannel(
-        absl::StrCat("ipv4:127.0.0.1:", port),
-        grpc::InsecureChannelCredentials(), args);
+    auto channel =
+        grpc::CreateCustomChannel(absl::StrCat("ipv4:127.0.0.1:", port),
+                                  grpc::InsecureChannelCredentials(), args);
     auto stub = FaultService::NewStub(channel);
     FaultRequest req;
     FaultReply reply;
