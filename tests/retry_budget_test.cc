@@ -7,6 +7,7 @@
 
 #include "rpcguard/destination/retry_budget.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -585,6 +586,43 @@ TEST(RetryThrottleThreadsTest, ConcurrentUpdatesAreExact) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(throttle->milli_tokens(), 600 * 1000);
+}
+
+}  // namespace
+}  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// Grants on credit from many threads at once, half of them failing: every
+// grant is settled exactly once, and only the failed ones are paid.
+TEST(RetryBudgetConcurrencyTest, CreditIsSettledExactlyOnce) {
+  FakeClock clock;
+  RetryBudgetOptions o;
+  o.ratio = 1;
+  auto budget = *RetryBudget::Create(o, &clock);
+  for (int i = 0; i < 100000; ++i) budget->RecordFirstAttempt();
+  constexpr int kThreads = 8;
+  constexpr int kEach = 2000;
+  std::atomic<int64_t> granted{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        if (!budget->TryAcquireRetry(RetryCharge::kOnFailure)) continue;
+        ++granted;
+        const bool fails = (i + t) % 2 == 0;
+        if (fails) ++failed;
+        budget->RecordRetryEnd(RetryCharge::kOnFailure, fails);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const RetryBudgetSnapshot s = budget->Snapshot();
+  EXPECT_EQ(granted.load(), kThreads * kEach);
+  EXPECT_EQ(s.unpaid_in_flight, 0);
+  EXPECT_EQ(s.retries, failed.load());
+  EXPECT_EQ(s.refunded, static_cast<uint64_t>(granted - failed));
 }
 
 }  // namespace
