@@ -4,9 +4,12 @@
 // interceptor, a hijacking interceptor that makes one attempt and nothing
 // else (the floor of the mechanism rpcguard is built on) and gRPC's built-in
 // retry, against the fault server running as a separate process on
-// 127.0.0.1.
+// 127.0.0.1. A second table measures issue 13's scenarios (a burst at start,
+// a server restart, a brownout, an overload) for plain, gRPC's retry with
+// and without retryThrottling, and rpcguard as shipped.
 //
 //   ./bazelw run -c opt //bench:compare -- [--quick] [--json=PATH]
+//   ./bazelw run -c opt //bench:compare -- --only=restart [--quick]
 //   ./bazelw run -c opt //bench:compare -- --headline [--quick]
 //   ./bazelw run -c opt //bench:compare -- --soak[=N] [--quick]
 //
