@@ -11,6 +11,7 @@
 #include <grpcpp/support/client_callback.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -256,6 +257,8 @@ absl::string_view ClientName(ClientKind kind) {
       return "hijack-floor";
     case ClientKind::kGrpcRetry:
       return "grpc-retry";
+    case ClientKind::kGrpcRetryThrottled:
+      return "grpc-retry-throttled";
     case ClientKind::kRpcguard:
       return "rpcguard";
   }
@@ -266,10 +269,13 @@ absl::StatusOr<ClientKind> ParseClientName(absl::string_view name) {
   for (ClientKind kind : kAllClients) {
     if (ClientName(kind) == name) return kind;
   }
+  if (ClientName(ClientKind::kGrpcRetryThrottled) == name) {
+    return ClientKind::kGrpcRetryThrottled;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown client \"", name,
-                   "\" (want plain, pass-through, hijack-floor, grpc-retry or "
-                   "rpcguard)"));
+                   "\" (want plain, pass-through, hijack-floor, grpc-retry, "
+                   "grpc-retry-throttled or rpcguard)"));
 }
 
 std::string ServiceConfigJson(const RetrySettings& retry) {
@@ -279,8 +285,9 @@ std::string ServiceConfigJson(const RetrySettings& retry) {
       retry.max_attempts, R"(, "initialBackoff": ")",
       Seconds(retry.initial_backoff), R"(", "maxBackoff": ")",
       Seconds(retry.max_backoff), R"(", "backoffMultiplier": )",
-      retry.backoff_multiplier,
-      R"(, "retryableStatusCodes": ["UNAVAILABLE"]}}])");
+      retry.backoff_multiplier, R"(, "retryableStatusCodes": ["UNAVAILABLE")",
+      retry.retry_resource_exhausted ? R"(, "RESOURCE_EXHAUSTED")" : "",
+      R"(]}}])");
   if (retry.budget) {
     absl::StrAppend(&json, R"(, "retryThrottling": {"maxTokens": )",
                     retry.max_tokens, R"(, "tokenRatio": )", retry.token_ratio,
@@ -290,8 +297,54 @@ std::string ServiceConfigJson(const RetrySettings& retry) {
   return json;
 }
 
+// Counts on the way through; the trace itself goes to /dev/null.
+class RpcguardState::CountingSink final : public TraceSink {
+ public:
+  void Write(const TraceEvent& e) override {
+    if (e.kind == TraceEvent::Kind::kBreakerTransition) {
+      if (e.to_state == "open") {
+        openings_.fetch_add(1, std::memory_order_relaxed);
+      }
+    } else if (e.kind == TraceEvent::Kind::kAttempt &&
+               e.code != grpc::StatusCode::OK && IsNotSent(e.code, e.message)) {
+      not_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
+    out_.Write(e);
+  }
+
+  // Written by Write on gRPC's threads; read when the load is over.
+  std::atomic<int64_t> not_sent_{0};
+  std::atomic<int64_t> openings_{0};
+
+ private:
+  LogfmtSink out_{DevNull()};
+};
+
+RpcguardState::RpcguardState(std::shared_ptr<BreakerRegistry> registry,
+                             std::shared_ptr<CountingSink> sink)
+    : registry_(std::move(registry)), sink_(std::move(sink)) {}
+
+absl::StatusOr<std::shared_ptr<RpcguardState>> RpcguardState::Create() {
+  absl::StatusOr<std::shared_ptr<BreakerRegistry>> registry =
+      BreakerRegistry::Create({});
+  if (!registry.ok()) return registry.status();
+  return std::shared_ptr<RpcguardState>(new RpcguardState(
+      *std::move(registry), std::make_shared<CountingSink>()));
+}
+
+std::shared_ptr<TraceSink> RpcguardState::sink() const { return sink_; }
+
+int64_t RpcguardState::not_sent_attempts() const {
+  return sink_->not_sent_.load(std::memory_order_relaxed);
+}
+
+int64_t RpcguardState::breaker_openings() const {
+  return sink_->openings_.load(std::memory_order_relaxed);
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
-    const std::string& target, const RetrySettings& retry) {
+    const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state) {
   // The same JSON the built-in client gets (retryThrottling included, which
   // rpcguard honours as A6 says), plus rpcguard's own defaults: a circuit
   // breaker and a retry budget per target. Every benchmark builds its
@@ -302,7 +355,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
   // retries/s, rpcguard gives up about one call in ten at 30% failures,
   // rather than add 45% more load: README, "Benchmarks".)
   std::string json = ServiceConfigJson(retry);
-  if (!retry.budget) {
+  if (!retry.budget && !retry.rpcguard_budget) {
     json.pop_back();  // the closing brace
     json += R"(, "rpcguard": {"retryBudget": {"enabled": false}}})";
   }
@@ -310,21 +363,26 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
   if (!config.ok()) return config.status();
   Options options;
   options.config = *std::move(config);
-  // A registry per client, so that one scenario's breaker state (an outage
-  // opens it) does not carry over into the next.
-  absl::StatusOr<std::shared_ptr<BreakerRegistry>> registry =
-      BreakerRegistry::Create({});
-  if (!registry.ok()) return registry.status();
-  options.breaker_registry = *std::move(registry);
+  // A registry per client (or per measurement, shared by its channels), so
+  // that one scenario's breaker state (an outage opens it) does not carry
+  // over into the next.
+  if (state == nullptr) {
+    absl::StatusOr<std::shared_ptr<RpcguardState>> fresh =
+        RpcguardState::Create();
+    if (!fresh.ok()) return fresh.status();
+    state = *std::move(fresh);
+  }
+  options.breaker_registry = state->registry();
   // Default verbosity (kRetries): traces are formatted and written as in
   // production, to a sink that discards them.
-  options.trace_sink = std::make_shared<LogfmtSink>(DevNull());
+  options.trace_sink = state->sink();
   return CreateChannel(target, grpc::InsecureChannelCredentials(),
                        std::move(options), BaseArgs());
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
-    ClientKind kind, const std::string& target, const RetrySettings& retry) {
+    ClientKind kind, const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state) {
   switch (kind) {
     case ClientKind::kPlain:
       return grpc::CreateCustomChannel(
@@ -349,8 +407,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
       return grpc::CreateCustomChannel(
           target, grpc::InsecureChannelCredentials(), args);
     }
+    case ClientKind::kGrpcRetryThrottled: {
+      RetrySettings throttled = retry;
+      throttled.budget = true;
+      grpc::ChannelArguments args = BaseArgs();
+      args.SetServiceConfigJSON(ServiceConfigJson(throttled));
+      return grpc::CreateCustomChannel(
+          target, grpc::InsecureChannelCredentials(), args);
+    }
     case ClientKind::kRpcguard:
-      return MakeRpcguardChannel(target, retry);
+      return MakeRpcguardChannel(target, retry, std::move(state));
   }
   return absl::InvalidArgumentError("unknown client kind");
 }
@@ -384,12 +450,16 @@ ServerControl::ServerControl(const std::string& target)
           grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                     BaseArgs()))) {}
 
-absl::Status ServerControl::SetMode(int fail_percent, int delay_ms) {
+absl::Status ServerControl::SetMode(int fail_percent, int delay_ms,
+                                    int capacity_per_second) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // A server that was just restarted may not be connected yet.
+  ctx.set_wait_for_ready(true);
   rpcguard::testing::v1::ControlRequest req;
   req.set_fail_percent(fail_percent);
   req.set_delay_ms(delay_ms);
+  req.set_capacity_per_second(capacity_per_second);
   rpcguard::testing::v1::ControlReply reply;
   const grpc::Status s = stub_->Control(&ctx, req, &reply);
   if (!s.ok()) {
@@ -402,6 +472,7 @@ absl::Status ServerControl::SetMode(int fail_percent, int delay_ms) {
 absl::StatusOr<int64_t> ServerControl::TotalAttempts() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_wait_for_ready(true);
   rpcguard::testing::v1::StatsRequest req;
   // An operation nobody uses: the reply carries only the total, never the
   // per-attempt records of every operation.

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 //
-// The five clients the benchmarks compare, each a channel to the same fault
+// The clients the benchmarks compare, each a channel to the same fault
 // server with the same retry parameters where it retries at all:
 //
 //   kPlain        a plain channel: the floor;
@@ -14,6 +14,9 @@
 //   kGrpcRetry    gRPC's built-in retry: the parameters as a service-config
 //                 retryPolicy (plus retryThrottling when the scenario has a
 //                 budget), on a plain grpc::CreateCustomChannel;
+//   kGrpcRetryThrottled  the same with retryThrottling always on, for the
+//                 scenarios of issue 13 that compare gRPC's retry with and
+//                 without it;
 //   kRpcguard     rpcguard::CreateChannel with the same JSON as its Config,
 //                 default trace verbosity, traces written to /dev/null.
 //
@@ -35,6 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
 namespace bench {
@@ -44,14 +48,24 @@ enum class ClientKind {
   kPassThrough,
   kHijackFloor,
   kGrpcRetry,
+  kGrpcRetryThrottled,
   kRpcguard
 };
 
+// The clients of the main comparison. Without kGrpcRetryThrottled: there,
+// the scenario decides whether gRPC's retry has retryThrottling.
 inline constexpr ClientKind kAllClients[] = {
     ClientKind::kPlain, ClientKind::kPassThrough, ClientKind::kHijackFloor,
     ClientKind::kGrpcRetry, ClientKind::kRpcguard};
 
-// "plain", "pass-through", "hijack-floor", "grpc-retry", "rpcguard".
+// The clients of issue 13's scenarios: the two that do not retry behave
+// alike there, so only plain stands for them.
+inline constexpr ClientKind kEvidenceClients[] = {
+    ClientKind::kPlain, ClientKind::kGrpcRetry, ClientKind::kGrpcRetryThrottled,
+    ClientKind::kRpcguard};
+
+// "plain", "pass-through", "hijack-floor", "grpc-retry",
+// "grpc-retry-throttled", "rpcguard".
 absl::string_view ClientName(ClientKind kind);
 // Parses the names above.
 absl::StatusOr<ClientKind> ParseClientName(absl::string_view name);
@@ -68,10 +82,16 @@ struct RetrySettings {
   absl::Duration initial_backoff = absl::Milliseconds(10);
   absl::Duration max_backoff = absl::Milliseconds(100);
   double backoff_multiplier = 2.0;
+  // RESOURCE_EXHAUSTED is retriable too (the overload scenario), besides
+  // UNAVAILABLE.
+  bool retry_resource_exhausted = false;
   // gRFC A6 retryThrottling, when the scenario has a retry budget.
   bool budget = false;
   int max_tokens = 10;
   double token_ratio = 0.1;
+  // rpcguard keeps its own retry budget (its defaults) even without
+  // retryThrottling: issue 13's scenarios measure rpcguard as shipped.
+  bool rpcguard_budget = false;
 };
 
 // The service config both retrying clients get, e.g.
@@ -81,15 +101,45 @@ struct RetrySettings {
 //    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}
 std::string ServiceConfigJson(const RetrySettings& retry);
 
-// A channel to `target` for `kind`. Errors: whatever rpcguard's Config or
+// What the rpcguard channels of one measurement share, and what they saw:
+// a breaker registry of their own (a fresh process's breakers and budgets,
+// so that one scenario's state does not carry over into the next) and a
+// trace sink that counts what the figures report, then writes the trace as
+// in production to a sink that discards it. Thread-safe.
+class RpcguardState {
+ public:
+  static absl::StatusOr<std::shared_ptr<RpcguardState>> Create();
+
+  const std::shared_ptr<BreakerRegistry>& registry() const { return registry_; }
+  std::shared_ptr<TraceSink> sink() const;
+
+  // Attempts that found no connection and never reached the server
+  // (IsNotSent), as traced.
+  int64_t not_sent_attempts() const;
+  // Transitions of any breaker to "open".
+  int64_t breaker_openings() const;
+
+ private:
+  class CountingSink;
+  RpcguardState(std::shared_ptr<BreakerRegistry> registry,
+                std::shared_ptr<CountingSink> sink);
+
+  std::shared_ptr<BreakerRegistry> registry_;
+  std::shared_ptr<CountingSink> sink_;
+};
+
+// A channel to `target` for `kind`. rpcguard channels use `state` (null: a
+// new one for this channel alone). Errors: whatever rpcguard's Config or
 // CreateChannel reports.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
-    ClientKind kind, const std::string& target, const RetrySettings& retry);
+    ClientKind kind, const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state = nullptr);
 
 // The rpcguard client of the comparison; the one place where its Options are
 // set.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
-    const std::string& target, const RetrySettings& retry);
+    const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state = nullptr);
 
 // Returns a channel that has made one callback-API call; while it lives,
 // gRPC keeps its callback-API thread pool running. Why the benchmarks hold
@@ -111,9 +161,12 @@ class ServerControl {
  public:
   explicit ServerControl(const std::string& target);
 
-  // Fails `fail_percent` of all attempts with UNAVAILABLE and answers every
-  // attempt `delay_ms` late, server-wide, until the next call.
-  absl::Status SetMode(int fail_percent, int delay_ms);
+  // Fails `fail_percent` of all attempts with UNAVAILABLE, answers every
+  // attempt `delay_ms` late and, when `capacity_per_second` is positive,
+  // sheds attempts beyond it with RESOURCE_EXHAUSTED, server-wide, until
+  // the next call.
+  absl::Status SetMode(int fail_percent, int delay_ms,
+                       int capacity_per_second = 0);
 
   // Attempts the server has received in all.
   absl::StatusOr<int64_t> TotalAttempts();

@@ -4,9 +4,12 @@
 // interceptor, a hijacking interceptor that makes one attempt and nothing
 // else (the floor of the mechanism rpcguard is built on) and gRPC's built-in
 // retry, against the fault server running as a separate process on
-// 127.0.0.1.
+// 127.0.0.1. A second table measures issue 13's scenarios (a burst at start,
+// a server restart, a brownout, an overload) for plain, gRPC's retry with
+// and without retryThrottling, and rpcguard as shipped.
 //
 //   ./bazelw run -c opt //bench:compare -- [--quick] [--json=PATH]
+//   ./bazelw run -c opt //bench:compare -- --only=restart [--quick]
 //   ./bazelw run -c opt //bench:compare -- --headline [--quick]
 //   ./bazelw run -c opt //bench:compare -- --soak[=N] [--quick]
 //
@@ -58,7 +61,10 @@ hijacking interceptor that makes one attempt (hijack-floor) and gRPC's built-in
 retry, same load, same deadline, server in its own process.
 
 Modes (one per run):
-  (default)          every scenario x client; a markdown table on stdout
+  (default)          every scenario x client; a markdown table on stdout,
+                     then issue 13's scenarios (burst, restart, brownout,
+                     overload) for plain, grpc-retry, grpc-retry-throttled
+                     and rpcguard in a second table
   --headline         no-failure client CPU per call, sync and callback stub,
                      1 caller: median of rounds, ratios vs plain,
                      pass-through and hijack-floor measured in the same run
@@ -66,17 +72,21 @@ Modes (one per run):
                      with --quick), 10% UNAVAILABLE, reports RSS growth
 
 Flags:
-  --quick            small run: every scenario and client in under 2 minutes
+  --quick            small run: every scenario and client in under 2 minutes,
+                     each of issue 13's in under 30 s
   --json=PATH        also write every figure as JSON to PATH
   --only=TEXT        only scenarios whose key contains TEXT, e.g. none/sync/c1
                      (keys: FAULT/STUB/cN, FAULT one of none fail10 fail30
-                     outage slow)
+                     outage slow; and issue 13's burst restart brownout
+                     overload)
   --clients=A,B      only these clients (plain, pass-through, hijack-floor,
-                     grpc-retry, rpcguard)
+                     grpc-retry, grpc-retry-throttled, rpcguard)
   --calls=N          calls per cell of a call-count scenario (default 3000;
                      300 with --quick), per round in --headline
-  --seconds=S        length of a time-bound cell (outage, slow; default 4,
-                     with --quick 1.5 for outage and 1 for slow)
+  --seconds=S        length of a time-bound cell (outage, slow, brownout,
+                     overload; default 4, with --quick 1.5 for outage, 1 for
+                     slow, 2 for brownout and overload); restart runs 1 s,
+                     0.5 s down, then 3 s (1.5 s with --quick)
   --rounds=N         rounds per cell (default 3, 1 with --quick; --headline:
                      7, 3 with --quick)
   --warmup=N         calls per cell before measuring, faults off
@@ -94,8 +104,8 @@ struct Flags {
   int64_t soak = -1;  // -1: no soak; 0: the default count
   std::string json;
   std::string only;
-  std::vector<ClientKind> clients = {std::begin(kAllClients),
-                                     std::end(kAllClients)};
+  // Empty: each table's own clients (kAllClients, kEvidenceClients).
+  std::vector<ClientKind> clients;
   int64_t calls = 0;
   double seconds = 0;
   int rounds = 0;
@@ -261,6 +271,8 @@ Plan MakePlan(const Flags& flags) {
 struct Env {
   std::string address;
   ServerControl* control;
+  // The fault server binary, for scenarios that start servers of their own.
+  std::string server_path;
 };
 
 struct CellRound {
@@ -274,9 +286,10 @@ struct CellRound {
 };
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectedChannel(
-    ClientKind client, const std::string& address, const RetrySettings& retry) {
+    ClientKind client, const std::string& address, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state = nullptr) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeClientChannel(client, address, retry);
+      MakeClientChannel(client, address, retry, std::move(state));
   if (!channel.ok()) return channel.status();
   if (!(*channel)->WaitForConnected(std::chrono::system_clock::now() +
                                     std::chrono::seconds(10))) {
@@ -624,6 +637,410 @@ std::string RunJsonHeader(const Flags& flags, const Plan& plan,
 }
 
 // ---------------------------------------------------------------------------
+// Issue 13's scenarios ("a blip is not an outage"), as figures beside the
+// table above: each client through a burst at start, a server restart under
+// load, a brownout and an overload. Every measurement gets fresh channels
+// (rpcguard: a fresh registry, so a breaker or budget never carries state
+// over from the last one) and reports what the server saw.
+
+enum class FigureKind { kBurst, kRestart, kBrownout, kOverload };
+
+struct Figure {
+  FigureKind kind;
+  const char* key;
+  const char* title;
+};
+
+constexpr Figure kFigures[] = {
+    {FigureKind::kBurst, "burst",
+     "burst: 200 concurrent calls, each failing once"},
+    {FigureKind::kRestart, "restart",
+     "restart: server killed, back on its port 500 ms later"},
+    {FigureKind::kBrownout, "brownout",
+     "brownout: 30% UNAVAILABLE, maxAttempts 2"},
+    {FigureKind::kOverload, "overload",
+     "overload: capacity 200/s, callers ~400/s"},
+};
+
+// The burst: calls issued at once on the callback stub.
+constexpr int kBurstCalls = 200;
+// Callers of the steady loads offer at most this many calls a second each.
+constexpr absl::Duration kSteadyPace = absl::Milliseconds(10);
+constexpr int kOverloadCapacity = 200;
+
+struct FigureRound {
+  LoadResult load;
+  int64_t attempts = 0;  // at the server
+  // rpcguard only (-1 otherwise): attempts that found no connection, and
+  // breaker transitions to open.
+  int64_t not_sent = -1;
+  int64_t breaker_openings = -1;
+};
+
+struct FigureCell {
+  const Figure* figure;
+  ClientKind client;
+  std::vector<FigureRound> rounds;
+
+  LoadResult pooled;
+  int64_t attempts = 0;
+  int64_t not_sent = -1;
+  int64_t breaker_openings = -1;
+
+  void Aggregate() {
+    pooled = LoadResult();
+    for (const FigureRound& r : rounds) {
+      pooled.calls += r.load.calls;
+      pooled.ok += r.load.ok;
+      pooled.late += r.load.late;
+      for (int c = 0; c < 17; ++c) pooled.codes[c] += r.load.codes[c];
+      pooled.latency_ns.insert(pooled.latency_ns.end(),
+                               r.load.latency_ns.begin(),
+                               r.load.latency_ns.end());
+      attempts += r.attempts;
+      if (r.not_sent >= 0)
+        not_sent = std::max<int64_t>(not_sent, 0) + r.not_sent;
+      if (r.breaker_openings >= 0) {
+        breaker_openings =
+            std::max<int64_t>(breaker_openings, 0) + r.breaker_openings;
+      }
+    }
+    std::sort(pooled.latency_ns.begin(), pooled.latency_ns.end());
+  }
+  double success() const {
+    return pooled.calls > 0 ? 100.0 * pooled.ok / pooled.calls : 0;
+  }
+  double attempts_per_call() const {
+    return pooled.calls > 0 ? static_cast<double>(attempts) / pooled.calls : 0;
+  }
+};
+
+// The retry parameters of a figure: the main table's, with rpcguard's own
+// budget on (rpcguard as shipped: breaker and budget at their defaults),
+// and what the scenario changes.
+RetrySettings FigureRetry(FigureKind kind) {
+  RetrySettings retry;
+  retry.rpcguard_budget = true;
+  // The issue compares rpcguard and gRPC's retry at the same attempts.
+  if (kind == FigureKind::kBrownout) retry.max_attempts = 2;
+  // Without it gRPC's retry would not retry a shed attempt at all, and the
+  // figure would not say what retries do to an overloaded server.
+  if (kind == FigureKind::kOverload) retry.retry_resource_exhausted = true;
+  return retry;
+}
+
+// Warm-up on a channel of the client's kind that is then dropped: the
+// measured channels start fresh, while gRPC's retry-throttling tokens, which
+// gRPC keeps per server name for the whole process, start full.
+absl::Status WarmupApart(const Env& env, ClientKind client,
+                         const RetrySettings& retry, const Plan& plan,
+                         absl::string_view what) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      ConnectedChannel(client, env.address, retry);
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<FaultService::Stub> stub = FaultService::NewStub(*channel);
+  return Warmup(*stub, env, StubKind::kSync, 4, plan.warmup, plan.deadline,
+                what);
+}
+
+// Fills in what an rpcguard client saw.
+void ReadState(const std::shared_ptr<RpcguardState>& state, FigureRound* r) {
+  if (state == nullptr) return;
+  r->not_sent = state->not_sent_attempts();
+  r->breaker_openings = state->breaker_openings();
+}
+
+// A few sync and callback callers on `stubs` in turn, each paced.
+std::vector<StubLoad> SteadyLoads(
+    const std::vector<std::unique_ptr<FaultService::Stub>>& stubs, int callers,
+    absl::Duration deadline, absl::Duration length, absl::string_view label) {
+  std::vector<StubLoad> loads;
+  for (int i = 0; i < callers; ++i) {
+    LoadSpec spec;
+    spec.stub = i % 2 == 0 ? StubKind::kSync : StubKind::kCallback;
+    spec.concurrency = 1;
+    spec.calls = 400000;
+    spec.max_time = length;
+    spec.deadline = deadline;
+    spec.pace = kSteadyPace;
+    spec.label = std::string(label);
+    loads.push_back({stubs[i % stubs.size()].get(), spec});
+  }
+  return loads;
+}
+
+absl::StatusOr<FigureRound> RunBurst(const Env& env, ClientKind client,
+                                     const Plan& plan, int round) {
+  const RetrySettings retry = FigureRetry(FigureKind::kBurst);
+  const std::string what = absl::StrCat("burst ", ClientName(client));
+  absl::Status s = WarmupApart(env, client, retry, plan, what);
+  if (!s.ok()) return s;
+  std::shared_ptr<RpcguardState> state;
+  if (client == ClientKind::kRpcguard) {
+    absl::StatusOr<std::shared_ptr<RpcguardState>> fresh =
+        RpcguardState::Create();
+    if (!fresh.ok()) return fresh.status();
+    state = *std::move(fresh);
+  }
+  // Connected first: the burst is about the server's answers.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      ConnectedChannel(client, env.address, retry, state);
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<FaultService::Stub> stub = FaultService::NewStub(*channel);
+  absl::StatusOr<int64_t> before = env.control->TotalAttempts();
+  if (!before.ok()) return before.status();
+  LoadSpec spec;
+  spec.stub = StubKind::kCallback;
+  spec.concurrency = kBurstCalls;
+  spec.calls = kBurstCalls;
+  // Long enough for every retry: the figure is about what the clients
+  // decide, not about deadlines.
+  spec.deadline = absl::Seconds(2);
+  spec.op_id_prefix =
+      absl::StrCat("burst-", ClientName(client), "-", round, "-");
+  spec.fail_first = 1;
+  spec.label = what;
+  FigureRound r;
+  r.load = RunLoad(*stub, spec);
+  absl::StatusOr<int64_t> after = env.control->TotalAttempts();
+  if (!after.ok()) return after.status();
+  r.attempts = *after - *before;
+  ReadState(state, &r);
+  return r;
+}
+
+absl::StatusOr<int> PortOf(const std::string& address) {
+  int port;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return absl::InternalError(absl::StrCat("no port in ", address));
+  }
+  return port;
+}
+
+// A server of its own, killed (SIGKILL) after `before` of steady load and
+// started again on its port `down` later; the load goes on for `after`.
+// Attempts are the old process's, counted right before the kill (those in
+// the moment between the count and the kill are missed), plus the new
+// one's.
+absl::StatusOr<FigureRound> RunRestart(const Env& env, ClientKind client,
+                                       const Plan& plan, bool quick) {
+  const absl::Duration before = absl::Seconds(1);
+  const absl::Duration down = absl::Milliseconds(500);
+  const absl::Duration after =
+      quick ? absl::Milliseconds(1500) : absl::Seconds(3);
+  // Outlasts the restart and gRPC's reconnect backoff (1 s +- 20% after a
+  // refused connection).
+  const absl::Duration deadline = absl::Seconds(5);
+  constexpr int kChannels = 3;
+  constexpr int kCallers = 6;
+  const RetrySettings retry = FigureRetry(FigureKind::kRestart);
+  const std::string what = absl::StrCat("restart ", ClientName(client));
+
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+      ServerProcess::Start(env.server_path);
+  if (!server.ok()) return server.status();
+  const std::string address = (*server)->address();
+  absl::StatusOr<int> port = PortOf(address);
+  if (!port.ok()) return port.status();
+  ServerControl control(address);
+  const Env own{address, &control, env.server_path};
+  absl::Status s = WarmupApart(own, client, retry, plan, what);
+  if (!s.ok()) return s;
+
+  std::shared_ptr<RpcguardState> state;
+  if (client == ClientKind::kRpcguard) {
+    absl::StatusOr<std::shared_ptr<RpcguardState>> fresh =
+        RpcguardState::Create();
+    if (!fresh.ok()) return fresh.status();
+    state = *std::move(fresh);
+  }
+  // Several channels to one target, as an application with a few of them
+  // has; rpcguard's share one registry, as in one process.
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::unique_ptr<FaultService::Stub>> stubs;
+  for (int i = 0; i < kChannels; ++i) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        ConnectedChannel(client, address, retry, state);
+    if (!channel.ok()) return channel.status();
+    channels.push_back(*channel);
+    stubs.push_back(FaultService::NewStub(*channel));
+  }
+  absl::StatusOr<int64_t> at_start = control.TotalAttempts();
+  if (!at_start.ok()) return at_start.status();
+  FigureRound r;
+  std::thread load([&] {
+    r.load = RunLoads(
+        SteadyLoads(stubs, kCallers, deadline, before + down + after, what));
+  });
+  absl::SleepFor(before);
+  absl::StatusOr<int64_t> at_kill = control.TotalAttempts();
+  (*server)->Kill();
+  absl::SleepFor(down);
+  // From this thread, which outlives the server (PR_SET_PDEATHSIG).
+  absl::StatusOr<std::unique_ptr<ServerProcess>> restarted =
+      ServerProcess::Start(env.server_path, *port);
+  load.join();
+  if (!at_kill.ok()) return at_kill.status();
+  if (!restarted.ok()) return restarted.status();
+  absl::StatusOr<int64_t> at_end = control.TotalAttempts();
+  if (!at_end.ok()) return at_end.status();
+  r.attempts = *at_kill - *at_start + *at_end;
+  ReadState(state, &r);
+  s = (*restarted)->Stop();
+  if (!s.ok()) return s;
+  return r;
+}
+
+// Brownout and overload: steady paced load on one channel with the server
+// failing or shedding attempts.
+absl::StatusOr<FigureRound> RunSteady(const Env& env, FigureKind kind,
+                                      ClientKind client, const Plan& plan) {
+  const RetrySettings retry = FigureRetry(kind);
+  const bool overload = kind == FigureKind::kOverload;
+  const std::string what =
+      absl::StrCat(overload ? "overload " : "brownout ", ClientName(client));
+  absl::Status s = WarmupApart(env, client, retry, plan, what);
+  if (!s.ok()) return s;
+  std::shared_ptr<RpcguardState> state;
+  if (client == ClientKind::kRpcguard) {
+    absl::StatusOr<std::shared_ptr<RpcguardState>> fresh =
+        RpcguardState::Create();
+    if (!fresh.ok()) return fresh.status();
+    state = *std::move(fresh);
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      ConnectedChannel(client, env.address, retry, state);
+  if (!channel.ok()) return channel.status();
+  std::vector<std::unique_ptr<FaultService::Stub>> stubs;
+  stubs.push_back(FaultService::NewStub(*channel));
+  // Overload: 4 callers at 100 calls/s each, twice what the server takes.
+  s = overload ? env.control->SetMode(0, 0, kOverloadCapacity)
+               : env.control->SetMode(30, 0);
+  if (!s.ok()) return s;
+  absl::StatusOr<int64_t> before = env.control->TotalAttempts();
+  if (!before.ok()) return before.status();
+  const absl::Duration length =
+      absl::Seconds(plan.seconds > 0 ? plan.seconds : 2);
+  FigureRound r;
+  r.load = RunLoads(SteadyLoads(stubs, 4, absl::Seconds(1), length, what));
+  absl::StatusOr<int64_t> after = env.control->TotalAttempts();
+  if (!after.ok()) return after.status();
+  s = env.control->SetMode(0, 0);
+  if (!s.ok()) return s;
+  r.attempts = *after - *before;
+  ReadState(state, &r);
+  return r;
+}
+
+absl::StatusOr<FigureRound> RunFigure(const Env& env, const Figure& figure,
+                                      ClientKind client, const Plan& plan,
+                                      bool quick, int round) {
+  switch (figure.kind) {
+    case FigureKind::kBurst:
+      return RunBurst(env, client, plan, round);
+    case FigureKind::kRestart:
+      return RunRestart(env, client, plan, quick);
+    case FigureKind::kBrownout:
+    case FigureKind::kOverload:
+      return RunSteady(env, figure.kind, client, plan);
+  }
+  return absl::InvalidArgumentError("unknown figure");
+}
+
+std::string OptionalCount(int64_t v) { return v >= 0 ? absl::StrCat(v) : "-"; }
+
+void PrintFigures(const std::vector<FigureCell>& cells) {
+  std::printf(
+      "\n| figure | client | calls | success | attempts/call | p50 ms | p99 "
+      "ms | max ms | late | not sent | breaker opened |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const FigureCell& c : cells) {
+    std::string opened = "-";
+    if (c.breaker_openings == 0) opened = "no";
+    if (c.breaker_openings > 0) {
+      opened = absl::StrCat("yes (", c.breaker_openings, "x)");
+    }
+    std::printf(
+        "| %s | %s | %lld | %.2f%% | %.3f | %.1f | %.1f | %.1f | %lld | %s | "
+        "%s |\n",
+        c.figure->title, std::string(ClientName(c.client)).c_str(),
+        static_cast<long long>(c.pooled.calls), c.success(),
+        c.attempts_per_call(), c.pooled.LatencyMs(0.5),
+        c.pooled.LatencyMs(0.99), c.pooled.LatencyMs(1.0),
+        static_cast<long long>(c.pooled.late),
+        OptionalCount(c.not_sent).c_str(), opened.c_str());
+  }
+  // The issue's targets, where the clients they compare were measured.
+  auto find = [&](FigureKind kind, ClientKind client) -> const FigureCell* {
+    for (const FigureCell& c : cells) {
+      if (c.figure->kind == kind && c.client == client) return &c;
+    }
+    return nullptr;
+  };
+  std::printf("\n");
+  const FigureCell* rg = find(FigureKind::kBurst, ClientKind::kRpcguard);
+  if (rg != nullptr) {
+    std::printf("burst: rpcguard's breaker %s (target: stays closed: %s)\n",
+                rg->breaker_openings > 0 ? "opened" : "stayed closed",
+                rg->breaker_openings > 0 ? "NOT met" : "met");
+  }
+  rg = find(FigureKind::kRestart, ClientKind::kRpcguard);
+  if (rg != nullptr) {
+    std::printf(
+        "restart: rpcguard %.2f%% success, %lld late (target: every call "
+        "succeeds, none late: %s); %s attempts found no connection\n",
+        rg->success(), static_cast<long long>(rg->pooled.late),
+        rg->pooled.ok == rg->pooled.calls && rg->pooled.late == 0 ? "met"
+                                                                  : "NOT met",
+        OptionalCount(rg->not_sent).c_str());
+  }
+  rg = find(FigureKind::kBrownout, ClientKind::kRpcguard);
+  const FigureCell* grpc = find(FigureKind::kBrownout, ClientKind::kGrpcRetry);
+  if (rg != nullptr) {
+    std::printf(
+        "brownout: rpcguard %.3f attempts/call at the server (target <= 1.35: "
+        "%s)",
+        rg->attempts_per_call(),
+        rg->attempts_per_call() <= 1.35 ? "met" : "NOT met");
+    if (grpc != nullptr) {
+      std::printf("; success %.2f%% vs grpc-retry's %.2f%% (target >=: %s)",
+                  rg->success(), grpc->success(),
+                  rg->success() >= grpc->success() ? "met" : "NOT met");
+    }
+    std::printf("\n");
+  }
+  rg = find(FigureKind::kOverload, ClientKind::kRpcguard);
+  if (rg != nullptr) {
+    std::printf(
+        "overload: rpcguard offered %.3f attempts/call (target <= 1.2: %s)\n",
+        rg->attempts_per_call(),
+        rg->attempts_per_call() <= 1.2 ? "met" : "NOT met");
+  }
+  std::fflush(stdout);
+}
+
+std::string FigureJson(const FigureCell& c) {
+  auto optional = [](int64_t v) {
+    return v >= 0 ? absl::StrCat(v) : std::string("null");
+  };
+  return absl::StrCat(
+      "{\"figure\": ", JsonString(c.figure->key),
+      ", \"client\": ", JsonString(ClientName(c.client)),
+      ", \"rounds\": ", c.rounds.size(), ", \"calls\": ", c.pooled.calls,
+      ", \"success_rate\": ", JsonNumber(c.success() / 100),
+      ", \"attempts_per_call\": ", JsonNumber(c.attempts_per_call()),
+      ", \"p50_ms\": ", JsonNumber(c.pooled.LatencyMs(0.5)),
+      ", \"p99_ms\": ", JsonNumber(c.pooled.LatencyMs(0.99)),
+      ", \"max_ms\": ", JsonNumber(c.pooled.LatencyMs(1.0)),
+      ", \"late_calls\": ", c.pooled.late,
+      ", \"not_sent_attempts\": ", optional(c.not_sent),
+      ", \"breaker_openings\": ", optional(c.breaker_openings),
+      ", \"codes\": ", CodesJson(c.pooled.codes), "}");
+}
+
+// ---------------------------------------------------------------------------
 // Modes.
 
 int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
@@ -632,20 +1049,43 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
   for (const Scenario& s : AllScenarios()) {
     if (absl::StrContains(s.Key(), flags.only)) scenarios.push_back(s);
   }
-  if (scenarios.empty()) {
+  std::vector<const Figure*> figures;
+  for (const Figure& f : kFigures) {
+    if (absl::StrContains(f.key, flags.only)) figures.push_back(&f);
+  }
+  if (scenarios.empty() && figures.empty()) {
     std::fprintf(stderr, "compare: no scenario matches --only=%s\n",
                  flags.only.c_str());
     return 2;
   }
+  const std::vector<ClientKind> clients =
+      flags.clients.empty() ? std::vector<ClientKind>(std::begin(kAllClients),
+                                                      std::end(kAllClients))
+                            : flags.clients;
+  const std::vector<ClientKind> figure_clients =
+      flags.clients.empty()
+          ? std::vector<ClientKind>(std::begin(kEvidenceClients),
+                                    std::end(kEvidenceClients))
+          : flags.clients;
   std::fprintf(
       stderr,
-      "compare: %zu scenarios x %zu clients, %d round(s); %lld calls "
-      "per call-count cell, deadline %lld ms\n",
-      scenarios.size(), flags.clients.size(), plan.rounds,
-      static_cast<long long>(plan.calls),
+      "compare: %zu scenarios x %zu clients, %zu figures x %zu clients, %d "
+      "round(s); %lld calls per call-count cell, deadline %lld ms\n",
+      scenarios.size(), clients.size(), figures.size(), figure_clients.size(),
+      plan.rounds, static_cast<long long>(plan.calls),
       static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)));
+  std::vector<ClientKind> warm_clients;
+  if (!scenarios.empty()) warm_clients = clients;
+  if (!figures.empty()) {
+    for (ClientKind c : figure_clients) {
+      if (std::find(warm_clients.begin(), warm_clients.end(), c) ==
+          warm_clients.end()) {
+        warm_clients.push_back(c);
+      }
+    }
+  }
   absl::Status warm =
-      WarmProcess(env, flags.clients, 3 * plan.warmup, plan.deadline);
+      WarmProcess(env, warm_clients, 3 * plan.warmup, plan.deadline);
   if (!warm.ok()) {
     std::fprintf(stderr, "compare: %s\n", warm.ToString().c_str());
     return 1;
@@ -654,7 +1094,7 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
   std::vector<Cell> cells;
   for (const Scenario& scenario : scenarios) {
     std::vector<Cell> row;
-    for (ClientKind client : flags.clients) {
+    for (ClientKind client : clients) {
       row.push_back(Cell{scenario, client, {}});
     }
     for (int round = 0; round < plan.rounds; ++round) {
@@ -683,28 +1123,89 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
       cells.push_back(std::move(cell));
     }
   }
+  std::vector<FigureCell> figure_cells;
+  for (const Figure* figure : figures) {
+    std::vector<FigureCell> row;
+    for (ClientKind client : figure_clients) {
+      row.push_back(FigureCell{figure, client, {}});
+    }
+    for (int round = 0; round < plan.rounds; ++round) {
+      for (size_t k = 0; k < row.size(); ++k) {
+        FigureCell& cell = row[(k + round) % row.size()];
+        absl::StatusOr<FigureRound> r =
+            RunFigure(env, *figure, cell.client, plan, flags.quick, round);
+        if (!r.ok()) {
+          std::fprintf(stderr, "compare: %s %s: %s\n", figure->key,
+                       std::string(ClientName(cell.client)).c_str(),
+                       r.status().ToString().c_str());
+          return 1;
+        }
+        cell.rounds.push_back(*std::move(r));
+      }
+    }
+    for (FigureCell& cell : row) {
+      cell.Aggregate();
+      std::fprintf(stderr,
+                   "  %-22s %-20s %7lld calls %6.2f%% ok %.3f attempts/call "
+                   "p99 %.1f ms %lld late\n",
+                   figure->key, std::string(ClientName(cell.client)).c_str(),
+                   static_cast<long long>(cell.pooled.calls), cell.success(),
+                   cell.attempts_per_call(), cell.pooled.LatencyMs(0.99),
+                   static_cast<long long>(cell.pooled.late));
+      figure_cells.push_back(std::move(cell));
+    }
+  }
   const absl::Duration took = absl::Now() - start;
 
   std::printf("\n%s\n\n", MachineLine(machine).c_str());
-  std::printf(
-      "Deadline %lld ms per call; late = ended more than %lld ms after its "
-      "deadline; attempts counted by the server; CPU is the client "
-      "process's (getrusage), median of %d round(s); 'after 1 s' = attempts "
-      "per call after the first second of a time-bound cell. Run took %.0f "
-      "s.\n\n",
-      static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)),
-      static_cast<long long>(absl::ToInt64Milliseconds(kLateSlack)),
-      plan.rounds, absl::ToDoubleSeconds(took));
-  PrintTable(cells);
+  if (!cells.empty()) {
+    std::printf(
+        "Deadline %lld ms per call; late = ended more than %lld ms after its "
+        "deadline; attempts counted by the server; CPU is the client "
+        "process's (getrusage), median of %d round(s); 'after 1 s' = "
+        "attempts per call after the first second of a time-bound cell. Run "
+        "took %.0f s.\n\n",
+        static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)),
+        static_cast<long long>(absl::ToInt64Milliseconds(kLateSlack)),
+        plan.rounds, absl::ToDoubleSeconds(took));
+    PrintTable(cells);
+  }
+  if (!figure_cells.empty()) {
+    std::printf(
+        "%sIssue 13's scenarios, %d round(s) pooled; fresh channels (rpcguard: "
+        "a fresh registry, its default breaker and budget) per measurement. "
+        "burst: %d callback calls issued at once, each failing once, deadline "
+        "2 s. restart: %d sync and callback callers on 3 channels, each "
+        "pacing %lld ms, deadline 5 s; the server is SIGKILLed after 1 s and "
+        "back on its port 500 ms later. brownout: 4 callers pacing %lld ms, "
+        "deadline 1 s, maxAttempts 2. overload: the same callers (~400 "
+        "calls/s), server capacity %d/s, RESOURCE_EXHAUSTED retriable for "
+        "every client. attempts/call: attempts the server saw per call; late: "
+        "ended more than %lld ms after its deadline; not sent: rpcguard's "
+        "attempts that found no connection. Run took %.0f s.\n",
+        cells.empty() ? "" : "\n", plan.rounds, kBurstCalls, 6,
+        static_cast<long long>(absl::ToInt64Milliseconds(kSteadyPace)),
+        static_cast<long long>(absl::ToInt64Milliseconds(kSteadyPace)),
+        kOverloadCapacity,
+        static_cast<long long>(absl::ToInt64Milliseconds(kLateSlack)),
+        absl::ToDoubleSeconds(took));
+    PrintFigures(figure_cells);
+  }
 
   if (!flags.json.empty()) {
     std::vector<std::string> parts;
     for (const Cell& c : cells) parts.push_back(CellJson(c));
+    std::vector<std::string> figure_parts;
+    for (const FigureCell& c : figure_cells) {
+      figure_parts.push_back(FigureJson(c));
+    }
     const std::string json = absl::StrCat(
         "{", RunJsonHeader(flags, plan, machine, "compare"),
         ", \"rounds\": ", plan.rounds, ", \"calls_per_cell\": ", plan.calls,
         ", \"seconds\": ", absl::ToInt64Seconds(absl::Now() - start),
-        ", \"cells\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}");
+        ", \"cells\": [\n  ", absl::StrJoin(parts, ",\n  "),
+        "\n], \"figures\": [\n  ", absl::StrJoin(figure_parts, ",\n  "),
+        "\n]}");
     absl::Status s = WriteJson(flags.json, json);
     if (!s.ok()) {
       std::fprintf(stderr, "compare: %s\n", s.ToString().c_str());
@@ -718,7 +1219,11 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
 // The issue's headline: client CPU per call on the no-failure path, 1
 // caller, sync and callback stub, median of rounds, each ratio against
 // baselines measured in the same run.
-int RunHeadline(const Flags& flags, const Env& env, const Machine& machine) {
+int RunHeadline(const Flags& given, const Env& env, const Machine& machine) {
+  Flags flags = given;
+  if (flags.clients.empty()) {
+    flags.clients.assign(std::begin(kAllClients), std::end(kAllClients));
+  }
   const int rounds = flags.rounds > 0 ? flags.rounds : (flags.quick ? 3 : 7);
   const int64_t calls =
       flags.calls > 0 ? flags.calls : (flags.quick ? 1000 : 3000);
@@ -1110,7 +1615,7 @@ int Main(int argc, char** argv) {
   int rc;
   {
     ServerControl control((*server)->address());
-    const Env env{(*server)->address(), &control};
+    const Env env{(*server)->address(), &control, path};
     if (flags.headline) {
       rc = RunHeadline(flags, env, machine);
     } else if (flags.soak >= 0) {

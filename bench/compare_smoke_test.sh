@@ -23,6 +23,17 @@ grep -q '"client": "rpcguard"' "$out/compare.json" || fail "no rpcguard cell"
 grep -q '"client": "hijack-floor"' "$out/compare.json" ||
   fail "no hijack-floor cell"
 
+# One of issue 13's scenarios, the quickest (about a second), three clients;
+# the others take seconds each by design (a restart, steady loads).
+"$compare" --only=burst --clients=plain,grpc-retry-throttled,rpcguard \
+  --rounds=1 --warmup=5 --json="$out/burst.json" >"$out/burst.md" 2>"$out/burst.err" ||
+  fail "--only=burst exited $? ($(cat "$out/burst.err"))"
+rows=$(grep -c '^| burst: ' "$out/burst.md" || true)
+[ "$rows" = 3 ] || fail "expected 3 burst rows, got $rows"
+grep -q '"figure": "burst", "client": "rpcguard"' "$out/burst.json" ||
+  fail "no rpcguard burst figure"
+grep -q "^burst: rpcguard's breaker " "$out/burst.md" || fail "no burst target"
+
 "$compare" --headline --calls=50 --rounds=2 --warmup=5 \
   --json="$out/headline.json" >"$out/headline.md" 2>"$out/headline.err" ||
   fail "--headline exited $? ($(cat "$out/headline.err"))"
@@ -42,7 +53,7 @@ done
 grep -q '^client RSS growth: ' "$out/soak.md" || fail "no soak result"
 
 # The server process is gone after every run.
-for f in compare headline soak; do
+for f in compare burst headline soak; do
   pid=$(sed -n 's/^compare: fault server pid \([0-9]*\) .*/\1/p' "$out/$f.err")
   [ -n "$pid" ] || fail "$f: no server pid"
   if kill -0 "$pid" 2>/dev/null; then fail "$f: server $pid still running"; fi

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -47,10 +48,27 @@ class Driver {
         calls_(spec.calls),
         deadline_(spec.deadline),
         max_time_(spec.max_time),
+        pace_(spec.pace),
+        op_id_prefix_(spec.op_id_prefix),
+        fail_first_(spec.fail_first),
         samples_(spec.calls) {}
 
   FaultService::Stub& stub() { return stub_; }
   absl::Duration deadline() const { return deadline_; }
+  absl::Duration pace() const { return pace_; }
+
+  // The first request of a caller.
+  FaultRequest MakeRequest() const {
+    FaultRequest req;
+    req.set_op_id("bench");
+    req.set_fail_first(fail_first_);
+    return req;
+  }
+  // Gives `req` call `i`'s operation, when calls have operations of their
+  // own.
+  void SetOperation(int64_t i, FaultRequest* req) const {
+    if (!op_id_prefix_.empty()) req->set_op_id(absl::StrCat(op_id_prefix_, i));
+  }
   const std::vector<Sample>& samples() const { return samples_; }
   int64_t completed() const {
     return completed_.load(std::memory_order_relaxed);
@@ -83,29 +101,62 @@ class Driver {
   const int64_t calls_;
   const absl::Duration deadline_;
   const absl::Duration max_time_;
+  const absl::Duration pace_;
+  const std::string op_id_prefix_;
+  const int fail_first_;
   absl::Time stop_at_ = absl::InfiniteFuture();
   std::vector<Sample> samples_;  // indexed by call; touched before the load
   std::atomic<int64_t> next_{0};
   std::atomic<int64_t> completed_{0};
 };
 
-FaultRequest MakeRequest() {
-  FaultRequest req;
-  req.set_op_id("bench");
-  return req;
+// Sleeps until the caller's next turn when the load is paced; `*next` is
+// when its previous call was due.
+void AwaitTurn(const Driver& driver, absl::Time* next) {
+  if (driver.pace() <= absl::ZeroDuration()) return;
+  *next += driver.pace();
+  absl::SleepFor(*next - absl::Now());
 }
 
 void SyncCaller(Driver& driver, const absl::Notification& go) {
-  const FaultRequest req = MakeRequest();
+  FaultRequest req = driver.MakeRequest();
   FaultReply reply;
   go.WaitForNotification();
+  absl::Time next = absl::Now();
   absl::Time start;
   for (int64_t i = driver.Claim(&start); i >= 0; i = driver.Claim(&start)) {
     grpc::ClientContext ctx;
     const absl::Time deadline = start + driver.deadline();
     ctx.set_deadline(absl::ToChronoTime(deadline));
+    driver.SetOperation(i, &req);
     const grpc::Status status = driver.stub().Get(&ctx, req, &reply);
     driver.Record(i, start, deadline, status.error_code());
+    AwaitTurn(driver, &next);
+  }
+}
+
+// A paced caller on the callback stub: a thread of its own waits for each
+// call's completion, then for its next turn.
+void PacedCallbackCaller(Driver& driver, const absl::Notification& go) {
+  FaultRequest req = driver.MakeRequest();
+  FaultReply reply;
+  go.WaitForNotification();
+  absl::Time next = absl::Now();
+  absl::Time start;
+  for (int64_t i = driver.Claim(&start); i >= 0; i = driver.Claim(&start)) {
+    grpc::ClientContext ctx;
+    const absl::Time deadline = start + driver.deadline();
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    driver.SetOperation(i, &req);
+    absl::Notification done;
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    driver.stub().async()->Get(&ctx, &req, &reply, [&](grpc::Status status) {
+      code = status.error_code();
+      done.Notify();
+    });
+    done.WaitForNotification();
+    driver.Record(i, start, deadline, code);
+    AwaitTurn(driver, &next);
   }
 }
 
@@ -128,6 +179,7 @@ class CallbackChain {
     ctx_ = std::make_unique<grpc::ClientContext>();
     deadline_ = start_ + driver_.deadline();
     ctx_->set_deadline(absl::ToChronoTime(deadline_));
+    driver_.SetOperation(index_, &req_);
     driver_.stub().async()->Get(
         ctx_.get(), &req_, &reply_,
         [this](grpc::Status status) { Done(status.error_code()); });
@@ -141,7 +193,7 @@ class CallbackChain {
 
   Driver& driver_;
   absl::BlockingCounter* const finished_;
-  const FaultRequest req_ = MakeRequest();
+  FaultRequest req_ = driver_.MakeRequest();
   FaultReply reply_;
   std::unique_ptr<grpc::ClientContext> ctx_;
   int64_t index_ = -1;
@@ -183,11 +235,17 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
   // Callers wait for `go`, so that starting them is not measured.
   std::vector<std::thread> threads;
   std::vector<std::unique_ptr<CallbackChain>> chains;
-  absl::BlockingCounter finished(
-      spec.stub == StubKind::kCallback ? spec.concurrency : 0);
+  // Paced callers are threads whatever the stub.
+  const bool chained =
+      spec.stub == StubKind::kCallback && spec.pace <= absl::ZeroDuration();
+  absl::BlockingCounter finished(chained ? spec.concurrency : 0);
   if (spec.stub == StubKind::kSync) {
     for (int t = 0; t < spec.concurrency; ++t) {
       threads.emplace_back([&driver, &go] { SyncCaller(driver, go); });
+    }
+  } else if (!chained) {
+    for (int t = 0; t < spec.concurrency; ++t) {
+      threads.emplace_back([&driver, &go] { PacedCallbackCaller(driver, go); });
     }
   } else {
     for (int t = 0; t < spec.concurrency; ++t) {
@@ -210,7 +268,7 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
   const ProcessUsage before = GetProcessUsage();
   const absl::Time start = absl::Now();
   driver.SetStart(start);
-  if (spec.stub == StubKind::kSync) {
+  if (!chained) {
     go.Notify();
     for (std::thread& t : threads) t.join();
   } else {
@@ -243,6 +301,37 @@ LoadResult RunLoad(FaultService::Stub& stub, const LoadSpec& spec) {
   }
   std::sort(result.latency_ns.begin(), result.latency_ns.end());
   return result;
+}
+
+LoadResult RunLoads(const std::vector<StubLoad>& loads) {
+  std::vector<LoadResult> results(loads.size());
+  const int64_t rss_before = ReadRssKib();
+  const ProcessUsage before = GetProcessUsage();
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    threads.emplace_back([&loads, &results, i] {
+      results[i] = RunLoad(*loads[i].stub, loads[i].spec);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const ProcessUsage after = GetProcessUsage();
+
+  LoadResult pooled;
+  for (const LoadResult& r : results) {
+    pooled.calls += r.calls;
+    pooled.ok += r.ok;
+    pooled.late += r.late;
+    pooled.wall = std::max(pooled.wall, r.wall);
+    for (size_t c = 0; c < r.codes.size(); ++c) pooled.codes[c] += r.codes[c];
+    pooled.latency_ns.insert(pooled.latency_ns.end(), r.latency_ns.begin(),
+                             r.latency_ns.end());
+  }
+  std::sort(pooled.latency_ns.begin(), pooled.latency_ns.end());
+  pooled.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  pooled.user_seconds = after.user_seconds - before.user_seconds;
+  pooled.context_switches = after.context_switches - before.context_switches;
+  pooled.rss_growth_kib = ReadRssKib() - rss_before;
+  return pooled;
 }
 
 }  // namespace bench

@@ -9,7 +9,9 @@
 // Sync stub: one thread per caller, each blocking in the generated stub.
 // Callback stub: `concurrency` chains on the generated callback stub, each
 // starting its next call from the completion of the previous one; no thread
-// of the driver's own waits between calls.
+// of the driver's own waits between calls. A paced callback caller (`pace`)
+// is a thread that starts a callback call, waits for its completion, then
+// sleeps until its next turn: gRPC's callback threads must not sleep.
 
 #ifndef RPCGUARD_BENCH_LOAD_H_
 #define RPCGUARD_BENCH_LOAD_H_
@@ -46,6 +48,15 @@ struct LoadSpec {
   absl::Duration max_time = absl::InfiniteDuration();
   // Every call's deadline, from its start.
   absl::Duration deadline = absl::Milliseconds(100);
+  // Each caller starts a call at most once per `pace` (zero: back to back),
+  // so that the load offered does not depend on how fast calls end.
+  absl::Duration pace = absl::ZeroDuration();
+  // Every call is operation "bench", or, when this is set, an operation of
+  // its own: this followed by the call's index.
+  std::string op_id_prefix;
+  // The server fails the first `fail_first` attempts of each operation with
+  // UNAVAILABLE (FaultRequest.fail_first).
+  int fail_first = 0;
   // When set, called once from a thread of the driver when `sample_after`
   // of the load has passed (not when the load ends sooner), with the number
   // of calls completed so far.
@@ -79,6 +90,19 @@ struct LoadResult {
 // Runs `spec` against `stub`; blocks until every call has ended.
 LoadResult RunLoad(rpcguard::testing::v1::FaultService::Stub& stub,
                    const LoadSpec& spec);
+
+// One of the loads RunLoads runs side by side.
+struct StubLoad {
+  rpcguard::testing::v1::FaultService::Stub* stub;
+  LoadSpec spec;
+};
+
+// Runs every load at once, each on a thread of its own, and pools their
+// calls, statuses and latencies. CPU, context switches and RSS growth are
+// the process's over the whole run (not the sum of the loads', which would
+// count them once per load); wall is the longest load's. Use distinct
+// op_id_prefix values when the loads set one.
+LoadResult RunLoads(const std::vector<StubLoad>& loads);
 
 // What this process has used so far (getrusage(RUSAGE_SELF): every thread).
 struct ProcessUsage {

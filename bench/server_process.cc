@@ -87,7 +87,7 @@ bool WaitFor(pid_t pid, absl::Duration timeout, int* status) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& path, absl::Duration timeout) {
+    const std::string& path, int port, absl::Duration timeout) {
   if (access(path.c_str(), X_OK) != 0) {
     return absl::NotFoundError(
         absl::StrCat("fault server not executable: ", path));
@@ -97,7 +97,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   }
   const pid_t parent = getpid();
-  std::string port_arg = "--port=0";
+  // Built before fork(): the child of a process with threads must not
+  // allocate.
+  std::string port_arg = absl::StrCat("--port=", port);
   std::vector<char*> argv = {const_cast<char*>(path.c_str()), port_arg.data(),
                              nullptr};
   const pid_t pid = fork();
@@ -177,6 +179,17 @@ absl::Status ServerProcess::Stop() {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat("fault server ended with ", DescribeExit(status)));
+}
+
+void ServerProcess::Kill() {
+  if (pid_ <= 0) return;
+  const pid_t pid = pid_;
+  pid_ = -1;
+  kill(pid, SIGKILL);
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  RemoveLive(pid);
+  close(stdout_fd_);
 }
 
 int64_t ServerProcess::RssKib() const {

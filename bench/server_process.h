@@ -12,7 +12,11 @@
 // The server is sent SIGTERM when Stop() is called, when the ServerProcess is
 // destroyed, when the benchmark process exits normally (atexit), and by the
 // kernel when the benchmark process dies any other way (PR_SET_PDEATHSIG).
-// Start it before any gRPC object exists: it forks.
+// Start the main server before any gRPC object exists: fork() copies the
+// process as it is. A server the benchmark kills and starts again on its
+// port (Kill(), then Start(path, port)) is forked with gRPC's threads
+// running, which is safe because the child makes only async-signal-safe
+// calls before exec.
 
 #ifndef RPCGUARD_BENCH_SERVER_PROCESS_H_
 #define RPCGUARD_BENCH_SERVER_PROCESS_H_
@@ -32,12 +36,15 @@ namespace bench {
 
 class ServerProcess {
  public:
-  // Starts the server binary at `path` with `--port=0` and waits up to
-  // `timeout` for its "listening on ADDRESS" line on stdout. Errors:
-  // Internal when it cannot be started, DeadlineExceeded when it does not
-  // say where it listens in time (it is killed then).
+  // Starts the server binary at `path` with `--port=PORT` (0: an ephemeral
+  // port) and waits up to `timeout` for its "listening on ADDRESS" line on
+  // stdout. The kernel sends the server SIGTERM when the calling thread
+  // ends (PR_SET_PDEATHSIG), so call it from a thread that outlives the
+  // server. Errors: Internal when it cannot be started, DeadlineExceeded
+  // when it does not say where it listens in time (it is killed then).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::string& path, absl::Duration timeout = absl::Seconds(20));
+      const std::string& path, int port = 0,
+      absl::Duration timeout = absl::Seconds(20));
 
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -53,6 +60,10 @@ class ServerProcess {
   // Sends SIGTERM and waits for the exit (SIGKILL after 10 s). Returns an
   // error when the server did not exit cleanly. Idempotent.
   absl::Status Stop();
+
+  // Sends SIGKILL and reaps the server: a crash, for the restart scenario.
+  // Idempotent.
+  void Kill();
 
  private:
   ServerProcess(pid_t pid, int stdout_fd) : pid_(pid), stdout_fd_(stdout_fd) {}
