@@ -132,7 +132,8 @@ TEST(AttemptResultForTest, RetriableFailsServerAnswersSucceedCallerIgnored) {
   };
   EXPECT_EQ(result({grpc::StatusCode::OK}), kSuccess);
   EXPECT_EQ(result({grpc::StatusCode::UNAVAILABLE}), kFailure);
-  EXPECT_EQ(result({grpc::StatusCode::RESOURCE_EXHAUSTED}), kFailure);
+  // A server shedding load is up: overload is the budget's business.
+  EXPECT_EQ(result({grpc::StatusCode::RESOURCE_EXHAUSTED}), kSuccess);
   EXPECT_EQ(result({grpc::StatusCode::ABORTED}), kFailure);
   // rpcguard's own per-attempt timeout: the server did not answer in time.
   EXPECT_EQ(result({grpc::StatusCode::DEADLINE_EXCEEDED,

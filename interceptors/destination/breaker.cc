@@ -99,6 +99,14 @@ AttemptResult AttemptResultFor(StatusClass status_class,
       outcome.local_error || outcome.not_sent) {
     return AttemptResult::kIgnored;
   }
+  // RESOURCE_EXHAUSTED is a server shedding load or enforcing a quota: it
+  // is up and answering, and cutting it off would refuse even the calls it
+  // has capacity for. Overload is the retry budget's business (retries
+  // after it are paid up front), not the breaker's.
+  if (status_class == StatusClass::kRetriable &&
+      outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return AttemptResult::kSuccess;
+  }
   return status_class == StatusClass::kRetriable ? AttemptResult::kFailure
                                                  : AttemptResult::kSuccess;
 }

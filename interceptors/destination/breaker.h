@@ -22,9 +22,11 @@
 // is called: there are no timers and no threads.
 //
 // What counts (AttemptResultFor): an attempt ending in the retriable class
-// (UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, a per-attempt timeout) is a
-// failure; any other answer of the server, fatal and auth included, is a
-// success (the server is up and answering); the caller's own cancel or
+// (UNAVAILABLE, ABORTED, a per-attempt timeout) is a failure; any other
+// answer of the server, fatal and auth included, and RESOURCE_EXHAUSTED (a
+// server shedding load is up; the retry budget handles overload, as brpc
+// does not count overload either), is a success (the server is up and
+// answering); the caller's own cancel or
 // deadline, an error the client made itself (IsLocalError), and an attempt
 // that never reached the server (IsNotSent: no connection) say nothing
 // about the server and are ignored. A failed attempt that its call retries
@@ -85,8 +87,10 @@ absl::string_view BreakerStateName(BreakerState state);
 
 // How an admitted attempt ended, as far as the breaker is concerned.
 enum class AttemptResult {
-  kSuccess,  // the server answered (OK, fatal or auth class)
-  kFailure,  // retriable class, per-attempt timeout included
+  kSuccess,  // the server answered (OK, fatal or auth class, or
+             // RESOURCE_EXHAUSTED: busy, but up)
+  kFailure,  // retriable class but RESOURCE_EXHAUSTED, per-attempt timeout
+             // included
   kIgnored,  // the caller cancelled or its deadline passed, the client made
              // the error itself, no connection; or never sent
 };
@@ -96,8 +100,8 @@ absl::string_view AttemptResultName(AttemptResult result);
 
 // Maps a classified attempt to what the breaker records: the caller's cancel
 // or deadline, a local error and an attempt not sent are kIgnored whatever
-// the class; kRetriable
-// is kFailure; kOk, kFatal and kAuth are kSuccess.
+// the class; kRetriable is kFailure, but RESOURCE_EXHAUSTED is kSuccess;
+// kOk, kFatal and kAuth are kSuccess.
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome);
 
