@@ -1,0 +1,282 @@
+// Copyright rpcguard authors.
+//
+// Hedging decisions under a fake clock (decision/hedging.h): the policy's
+// validation, the adaptive delay estimate, and one call's copies: when the
+// next goes, which ending wins, what is cancelled, server pushback, the
+// destination's refusal. No gRPC call is made.
+
+#include "rpcguard/decision/hedging.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "tests/testing/fake_clock.h"
+
+namespace rpcguard {
+namespace {
+
+using ::grpc::StatusCode;
+using ::rpcguard::testing::FakeClock;
+
+HedgingPolicy Policy(int max_attempts, absl::Duration delay) {
+  HedgingPolicy p;
+  p.max_attempts = max_attempts;
+  p.delay = delay;
+  p.non_fatal_codes = StatusCodeSet{StatusCode::UNAVAILABLE};
+  return p;
+}
+
+const Pushback kNone{};
+
+TEST(HedgingPolicyTest, ValidationNamesTheField) {
+  const std::string path = "methodConfig[0].hedgingPolicy";
+  struct Case {
+    void (*mutate)(HedgingPolicy&);
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](HedgingPolicy& p) { p.max_attempts = 1; },
+       path + ".maxAttempts: must be at least 2"},
+      {[](HedgingPolicy& p) { p.max_attempts = 11; },
+       path + ".maxAttempts: must be at most 10"},
+      {[](HedgingPolicy& p) { p.delay = absl::Milliseconds(-1); },
+       path + ".hedgingDelay: must be 0 or more, and finite"},
+      {[](HedgingPolicy& p) { p.non_fatal_codes.Add(StatusCode::OK); },
+       path + ".nonFatalStatusCodes: must not contain OK"},
+      {[](HedgingPolicy& p) { p.adaptive_percentile = 1.0; },
+       path + ".rpcguard.hedgingDelayPercentile: must be in (0, 1)"},
+      {[](HedgingPolicy& p) { p.min_samples = 0; },
+       path + ".rpcguard.hedgingMinSamples: must be at least 1"},
+      {[](HedgingPolicy& p) { p.max_extra_load = 0; },
+       path + ".rpcguard.maxExtraLoad: must be in (0, 1]"},
+  };
+  for (const Case& c : cases) {
+    HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+    c.mutate(p);
+    const absl::Status s = p.Validate(path);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(s.message(), c.message);
+  }
+  EXPECT_TRUE(Policy(3, absl::ZeroDuration()).Validate(path).ok());
+}
+
+// --- The adaptive delay ---
+
+TEST(LatencyEstimatorTest, NoEstimateBeforeMinSamples) {
+  LatencyEstimator e(0.95);
+  for (int i = 1; i <= 99; ++i) e.Record(absl::Milliseconds(i));
+  EXPECT_FALSE(e.Estimate(100).has_value());
+  e.Record(absl::Milliseconds(100));
+  ASSERT_TRUE(e.Estimate(100).has_value());
+  // Nearest rank: 95 of 100 samples are at or below 95 ms.
+  EXPECT_EQ(*e.Estimate(100), absl::Milliseconds(95));
+}
+
+TEST(LatencyEstimatorTest, FollowsRecentSamplesOnly) {
+  LatencyEstimator e(0.5);
+  for (int i = 0; i < LatencyEstimator::kSamples; ++i) {
+    e.Record(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(*e.Estimate(1), absl::Milliseconds(100));
+  // A full ring of faster samples replaces the old ones.
+  for (int i = 0; i < LatencyEstimator::kSamples; ++i) {
+    e.Record(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(*e.Estimate(1), absl::Milliseconds(10));
+  EXPECT_EQ(e.samples(), 2 * LatencyEstimator::kSamples);
+}
+
+TEST(LatencyEstimatorTest, ConcurrentRecordsAreAllCounted) {
+  LatencyEstimator e(0.9);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&e] {
+      for (int i = 0; i < 1000; ++i) e.Record(absl::Microseconds(i));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(e.samples(), 8000);
+  EXPECT_TRUE(e.Estimate(8000).has_value());
+}
+
+TEST(HedgeDelayTest, FixedUntilEnoughSamplesThenTheEstimateAboveTheFloor) {
+  HedgingPolicy p = Policy(2, absl::Milliseconds(30));
+  p.adaptive_percentile = 0.9;
+  p.min_samples = 10;
+  p.adaptive_floor = absl::Milliseconds(5);
+  LatencyEstimator e(0.9);
+  EXPECT_EQ(HedgeDelay(p, &e), absl::Milliseconds(30));
+  for (int i = 0; i < 10; ++i) e.Record(absl::Milliseconds(12));
+  EXPECT_EQ(HedgeDelay(p, &e), absl::Milliseconds(12));
+  LatencyEstimator fast(0.9);
+  for (int i = 0; i < 10; ++i) fast.Record(absl::Milliseconds(1));
+  EXPECT_EQ(HedgeDelay(p, &fast), absl::Milliseconds(5));  // the floor
+  // Without adaptive settings the estimator is not asked.
+  EXPECT_EQ(HedgeDelay(Policy(2, absl::Milliseconds(7)), &e),
+            absl::Milliseconds(7));
+  EXPECT_EQ(HedgeDelay(p, nullptr), absl::Milliseconds(30));
+}
+
+// --- One call's copies ---
+
+class HedgeControllerTest : public ::testing::Test {
+ protected:
+  absl::Time Deadline(absl::Duration d) { return clock_.Now() + d; }
+  FakeClock clock_;
+};
+
+TEST_F(HedgeControllerTest, NextCopyAfterTheDelayThenTheFirstOkWins) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  EXPECT_EQ(c.Start(), clock_.Now() + absl::Milliseconds(30));
+  clock_.Advance(absl::Milliseconds(30));
+  HedgeController::Step s = c.OnTimer(true);
+  EXPECT_TRUE(s.send);
+  EXPECT_EQ(c.started(), 2);
+  EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(30));
+  // Copy 2 answers OK first: the call is decided, copy 1 is cancelled.
+  clock_.Advance(absl::Milliseconds(5));
+  s = c.OnCopyEnd(2, StatusCode::OK, kNone, false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_TRUE(s.cancel_others);
+  EXPECT_FALSE(s.send);
+  // The cancelled copy's end changes nothing; the timer sends nothing.
+  s = c.OnCopyEnd(1, StatusCode::CANCELLED, kNone, false, true);
+  EXPECT_FALSE(s.done);
+  EXPECT_FALSE(s.send);
+  clock_.Advance(absl::Milliseconds(30));
+  EXPECT_FALSE(c.OnTimer(true).send);
+  EXPECT_EQ(c.in_flight(), 0);
+}
+
+TEST_F(HedgeControllerTest, NoHedgeWhenTheFirstCopyEndsInTime) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(10));
+  const HedgeController::Step s =
+      c.OnCopyEnd(1, StatusCode::OK, kNone, false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_FALSE(s.cancel_others);
+  clock_.Advance(absl::Milliseconds(30));
+  EXPECT_FALSE(c.OnTimer(true).send);
+  EXPECT_EQ(c.started(), 1);
+}
+
+TEST_F(HedgeControllerTest, NonFatalFailureStartsTheNextAtOnce) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(5));
+  HedgeController::Step s =
+      c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
+  EXPECT_TRUE(s.send);
+  EXPECT_FALSE(s.done);
+  EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(30));
+  s = c.OnCopyEnd(2, StatusCode::UNAVAILABLE, kNone, false, true);
+  EXPECT_TRUE(s.send);
+  // maxAttempts reached: the last failure ends the call.
+  s = c.OnCopyEnd(3, StatusCode::UNAVAILABLE, kNone, false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_FALSE(s.send);
+  EXPECT_EQ(c.started(), 3);
+}
+
+TEST_F(HedgeControllerTest, FatalFailureEndsTheCallAndCancelsTheRest) {
+  const HedgingPolicy p = Policy(3, absl::ZeroDuration());
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  EXPECT_TRUE(c.OnTimer(true).send);  // delay 0: every copy at once
+  EXPECT_TRUE(c.OnTimer(true).send);
+  EXPECT_FALSE(c.OnTimer(true).send);  // maxAttempts 3
+  const HedgeController::Step s =
+      c.OnCopyEnd(2, StatusCode::INVALID_ARGUMENT, kNone, false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_TRUE(s.cancel_others);
+}
+
+TEST_F(HedgeControllerTest, CallerCancelEndsEverything) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(10));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(10));
+  ASSERT_TRUE(c.OnTimer(true).send);
+  const HedgeController::Step s = c.OnCopyEnd(1, StatusCode::CANCELLED, kNone,
+                                              /*caller_cancelled=*/true, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_TRUE(s.cancel_others);
+}
+
+TEST_F(HedgeControllerTest, PushbackDelaysTheNextCopyOrStopsThem) {
+  const HedgingPolicy p = Policy(4, absl::Milliseconds(30));
+  {
+    HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+    c.Start();
+    Pushback wait;
+    wait.kind = Pushback::Kind::kRetryAfter;
+    wait.delay = absl::Milliseconds(200);
+    HedgeController::Step s =
+        c.OnCopyEnd(1, StatusCode::UNAVAILABLE, wait, false, true);
+    EXPECT_FALSE(s.send);
+    EXPECT_FALSE(s.done);
+    EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(200));
+    // An early timer (the old one at 30 ms) sends nothing.
+    clock_.Advance(absl::Milliseconds(30));
+    s = c.OnTimer(true);
+    EXPECT_FALSE(s.send);
+    EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(170));
+    clock_.Advance(absl::Milliseconds(170));
+    EXPECT_TRUE(c.OnTimer(true).send);
+  }
+  {
+    HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+    c.Start();
+    clock_.Advance(absl::Milliseconds(30));
+    ASSERT_TRUE(c.OnTimer(true).send);
+    Pushback stop;
+    stop.kind = Pushback::Kind::kStop;
+    HedgeController::Step s =
+        c.OnCopyEnd(2, StatusCode::UNAVAILABLE, stop, false, true);
+    EXPECT_FALSE(s.send);
+    EXPECT_FALSE(s.done);  // copy 1 is still out
+    EXPECT_TRUE(c.stopped());
+    clock_.Advance(absl::Milliseconds(30));
+    EXPECT_FALSE(c.OnTimer(true).send);
+    s = c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
+    EXPECT_TRUE(s.done);  // nothing left: the last failure stands
+  }
+}
+
+// An open breaker or an exhausted hedge budget: no more copies, never a
+// wait; the copy in flight carries on, and the call ends with it.
+TEST_F(HedgeControllerTest, RefusedHedgesAreNotRetried) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(30));
+  HedgeController::Step s = c.OnTimer(/*allowed=*/false);
+  EXPECT_FALSE(s.send);
+  EXPECT_EQ(s.next_timer, absl::InfiniteFuture());
+  EXPECT_TRUE(c.stopped());
+  s = c.OnCopyEnd(1, StatusCode::OK, kNone, false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(c.started(), 1);
+}
+
+TEST_F(HedgeControllerTest, NoCopyAfterTheDeadline) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Milliseconds(20)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(30));
+  EXPECT_FALSE(c.OnTimer(true).send);
+  const HedgeController::Step s =
+      c.OnCopyEnd(1, StatusCode::DEADLINE_EXCEEDED, kNone, false, true);
+  EXPECT_TRUE(s.done);
+}
+
+}  // namespace
+}  // namespace rpcguard
