@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "config_reader.h"           // private to :config
 #include "internal/proto_options.h"  // private to :config
+#include "rpcguard/decision/call_plan.h"
 
 namespace rpcguard {
 namespace {
@@ -139,15 +140,36 @@ std::string Config::Explain(absl::string_view full_method) const {
                     " (calls to this method fail until it is fixed)\n");
   }
   const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
-  absl::StrAppend(&out, "  => ",
-                  may_repeat ? absl::StrCat("retried, up to ",
-                                            p.retry.max_attempts, " attempts")
-                             : "tried once",
-                  "\n");
+  const int hedging_bit = 7;  // kFieldHedging
+  const bool hedged =
+      MayHedge(p, p.idempotency,
+               r.sources[hedging_bit] == PolicySource::kConfigMethod ||
+                   r.sources[hedging_bit] == PolicySource::kProtoMethod);
   auto duration = [](absl::Duration d) {
     return d == absl::InfiniteDuration() ? std::string("none")
                                          : absl::FormatDuration(d);
   };
+  std::string verdict = "tried once";
+  if (hedged) {
+    verdict =
+        absl::StrCat("hedged, up to ", p.hedging->max_attempts,
+                     " copies, the next after ", duration(p.hedging->delay));
+    if (p.hedging->adaptive_percentile) {
+      absl::StrAppend(&verdict, " (then p",
+                      *p.hedging->adaptive_percentile * 100,
+                      " of recent latency)");
+    }
+  } else if (may_repeat) {
+    verdict =
+        absl::StrCat("retried, up to ", p.retry.max_attempts, " attempts");
+    if (p.hedging.has_value()) {
+      absl::StrAppend(&verdict,
+                      " (the hedgingPolicy is not for this method itself: "
+                      "an IDEMPOTENT or KEYED method is hedged only by a "
+                      "policy written for it)");
+    }
+  }
+  absl::StrAppend(&out, "  => ", verdict, "\n");
   std::string codes;
   for (int c = 0; c <= 16; ++c) {
     const auto code = static_cast<grpc::StatusCode>(c);
@@ -167,6 +189,17 @@ std::string Config::Explain(absl::string_view full_method) const {
       duration(p.timeout),
       duration(p.min_attempt_time),
       p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
+      p.hedging ? absl::StrCat(
+                      "maxAttempts=", p.hedging->max_attempts,
+                      " hedgingDelay=", duration(p.hedging->delay),
+                      p.hedging->adaptive_percentile
+                          ? absl::StrCat(
+                                " percentile=", *p.hedging->adaptive_percentile,
+                                " floor=", duration(p.hedging->adaptive_floor),
+                                " minSamples=", p.hedging->min_samples)
+                          : "",
+                      " maxExtraLoad=", p.hedging->max_extra_load)
+                : "none",
   };
   for (int i = 0; i < kNumPolicyFields; ++i) {
     absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",

@@ -87,6 +87,20 @@ bool ParseProtoDuration(absl::string_view text, absl::Duration* out,
 
 using Entry = Config::Entry;
 
+// rpcguard's hedging settings, read from a method config's rpcguard object
+// and folded into its hedgingPolicy.
+struct HedgingExtensions {
+  std::optional<double> percentile;
+  std::optional<absl::Duration> floor;
+  std::optional<int> min_samples;
+  std::optional<double> max_extra_load;
+  // The first one seen, to name it when there is no hedgingPolicy.
+  std::string first_field;
+  void Saw(absl::string_view field) {
+    if (first_field.empty()) first_field = std::string(field);
+  }
+};
+
 // Reads a parsed service config into entries. Stops at the first error,
 // which Read() then returns.
 class ConfigReader {
@@ -120,15 +134,21 @@ class ConfigReader {
   }
 
   // Every duration rpcguard reads must be positive: a zero timeout or backoff
-  // is never what anyone meant.
-  bool ReadDuration(const Json& v, absl::string_view path,
-                    absl::Duration* out) {
+  // is never what anyone meant. `zero_ok` for the one that may be 0: A6's
+  // hedgingDelay (every copy at once).
+  bool ReadDuration(const Json& v, absl::string_view path, absl::Duration* out,
+                    bool zero_ok = false) {
     if (!CheckType(v, Json::Type::kString, path)) return false;
     std::string error;
     absl::Duration d;
     if (!ParseProtoDuration(v.string, &d, &error)) return Fail(path, error);
+    if (zero_ok && d < absl::ZeroDuration()) {
+      return Fail(path, "must be 0 or more");
+    }
     const std::string why = CheckPositiveDuration(d);
-    if (!why.empty()) return Fail(path, why);
+    if (!why.empty() && !(zero_ok && d == absl::ZeroDuration())) {
+      return Fail(path, why);
+    }
     *out = d;
     return true;
   }
@@ -185,6 +205,9 @@ class ConfigReader {
     const Json* names = nullptr;
     bool has_recv_timeout = false;
     bool has_per_attempt_timeout = false;
+    // Read after the rpcguard object, whose hedging extensions it takes.
+    const Json* hedging_json = nullptr;
+    HedgingExtensions hedging_ext;
     for (const JsonMember& m : v.object) {
       const std::string field = Child(path, m.key);
       bool ok = true;
@@ -202,12 +225,14 @@ class ConfigReader {
         fields |= kFieldRetry;
         ok = ReadRetryPolicy(m.value, field, &policy, &has_recv_timeout);
       } else if (m.key == "rpcguard") {
-        ok = ReadRpcguard(m.value, field, &entry, &has_per_attempt_timeout);
+        ok = ReadRpcguard(m.value, field, &entry, &has_per_attempt_timeout,
+                          &hedging_ext);
       } else if (m.key == "maxRequestMessageBytes" ||
                  m.key == "maxResponseMessageBytes") {
         // gRPC's own; it validates them when given the same JSON.
       } else if (m.key == "hedgingPolicy") {
-        ok = Fail(field, "hedging is not supported; use retryPolicy");
+        fields |= kFieldHedging;
+        hedging_json = &m.value;
       } else {
         ok = Fail(field, "unknown field");
       }
@@ -220,7 +245,65 @@ class ConfigReader {
                   "one");
     }
     if (has_recv_timeout) fields |= kFieldPerAttemptTimeout;
+    if (hedging_json != nullptr) {
+      // gRFC A6: a method config has a retry or a hedging policy, not both.
+      if (fields & kFieldRetry) {
+        return Fail(Child(path, "hedgingPolicy"),
+                    "conflicts with retryPolicy; set only one (gRFC A6)");
+      }
+      policy.hedging.emplace();
+      if (!ReadHedgingPolicy(*hedging_json, path, hedging_ext,
+                             &*policy.hedging)) {
+        return false;
+      }
+    } else if (!hedging_ext.first_field.empty()) {
+      return Fail(
+          Child(path, absl::StrCat("rpcguard.", hedging_ext.first_field)),
+          "requires a hedgingPolicy in the same method config");
+    }
     return ReadNames(names, Child(path, "name"), entry);
+  }
+
+  // gRFC A6's hedgingPolicy, with rpcguard's extensions (`ext`, from the
+  // method config's rpcguard object) folded in and validated together.
+  bool ReadHedgingPolicy(const Json& v, const std::string& config_path,
+                         const HedgingExtensions& ext, HedgingPolicy* out) {
+    const std::string path = Child(config_path, "hedgingPolicy");
+    if (!CheckType(v, Json::Type::kObject, path)) return false;
+    bool has_attempts = false;
+    for (const JsonMember& m : v.object) {
+      const std::string field = Child(path, m.key);
+      bool ok = true;
+      if (m.key == "maxAttempts") {
+        has_attempts = true;
+        double n;
+        ok = ReadInteger(m.value, field, &n);
+        if (ok)
+          out->max_attempts = static_cast<int>(std::min(
+              std::max(n, -1.0), static_cast<double>(kMaxAttemptsCap + 1)));
+      } else if (m.key == "hedgingDelay") {
+        ok = ReadDuration(m.value, field, &out->delay, /*zero_ok=*/true);
+      } else if (m.key == "nonFatalStatusCodes") {
+        std::optional<StatusCodeSet> codes;
+        ok = CheckType(m.value, Json::Type::kArray, field) &&
+             (m.value.array.empty() || ReadCodes(m.value, field, &codes));
+        if (ok && codes) out->non_fatal_codes = *codes;
+      } else {
+        ok = Fail(field, "unknown field");
+      }
+      if (!ok) return false;
+    }
+    if (!has_attempts) return Fail(Child(path, "maxAttempts"), "is required");
+    if (ext.percentile) out->adaptive_percentile = ext.percentile;
+    if (ext.floor) out->adaptive_floor = *ext.floor;
+    if (ext.min_samples) out->min_samples = *ext.min_samples;
+    if (ext.max_extra_load) out->max_extra_load = *ext.max_extra_load;
+    const absl::Status s = out->Validate(config_path);
+    if (!s.ok()) {
+      status_ = s;
+      return false;
+    }
+    return true;
   }
 
   bool ReadNames(const Json* names, const std::string& path,
@@ -392,7 +475,7 @@ class ConfigReader {
   }
 
   bool ReadRpcguard(const Json& v, const std::string& path, Entry* entry,
-                    bool* has_per_attempt_timeout) {
+                    bool* has_per_attempt_timeout, HedgingExtensions* ext) {
     if (!CheckType(v, Json::Type::kObject, path)) return false;
     MethodPolicy* policy = &entry->policy;
     for (const JsonMember& m : v.object) {
@@ -411,6 +494,26 @@ class ConfigReader {
       } else if (m.key == "minAttemptTime") {
         entry->fields |= kFieldMinAttemptTime;
         ok = ReadDuration(m.value, field, &policy->min_attempt_time);
+      } else if (m.key == "hedgingDelayPercentile") {
+        ext->Saw(m.key);
+        double p;
+        ok = ReadNumber(m.value, field, &p);
+        if (ok) ext->percentile = p;
+      } else if (m.key == "hedgingDelayFloor") {
+        ext->Saw(m.key);
+        absl::Duration d;
+        ok = ReadDuration(m.value, field, &d, /*zero_ok=*/true);
+        if (ok) ext->floor = d;
+      } else if (m.key == "hedgingMinSamples") {
+        ext->Saw(m.key);
+        int n;
+        ok = ReadCount(m.value, field, &n);
+        if (ok) ext->min_samples = n;
+      } else if (m.key == "maxExtraLoad") {
+        ext->Saw(m.key);
+        double x;
+        ok = ReadNumber(m.value, field, &x);
+        if (ok) ext->max_extra_load = x;
       } else {
         ok = Fail(field, "unknown field");
       }

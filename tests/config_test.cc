@@ -347,9 +347,8 @@ std::vector<BadConfig> BadConfigs() {
        "retry_throttling: unknown field (did you mean \"retryThrottling\"?)"},
       {"UnknownMethodConfigField", Entry(R"("foo": 1)"),
        "methodConfig[0].foo: unknown field"},
-      {"HedgingPolicy", Entry(R"("hedgingPolicy": {})"),
-       "methodConfig[0].hedgingPolicy: hedging is not supported; use "
-       "retryPolicy"},
+      {"HedgingPolicyWithoutMaxAttempts", Entry(R"("hedgingPolicy": {})"),
+       "methodConfig[0].hedgingPolicy.maxAttempts: is required"},
 
       // Names.
       {"NoName", R"({"methodConfig": [{"timeout": "1s"}]})",

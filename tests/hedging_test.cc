@@ -33,20 +33,20 @@ HedgingPolicy Policy(int max_attempts, absl::Duration delay) {
 const Pushback kNone{};
 
 TEST(HedgingPolicyTest, ValidationNamesTheField) {
-  const std::string path = "methodConfig[0].hedgingPolicy";
+  const std::string path = "methodConfig[0]";
   struct Case {
     void (*mutate)(HedgingPolicy&);
     std::string message;
   };
   const Case cases[] = {
       {[](HedgingPolicy& p) { p.max_attempts = 1; },
-       path + ".maxAttempts: must be at least 2"},
+       path + ".hedgingPolicy.maxAttempts: must be at least 2"},
       {[](HedgingPolicy& p) { p.max_attempts = 11; },
-       path + ".maxAttempts: must be at most 10"},
+       path + ".hedgingPolicy.maxAttempts: must be at most 10"},
       {[](HedgingPolicy& p) { p.delay = absl::Milliseconds(-1); },
-       path + ".hedgingDelay: must be 0 or more, and finite"},
+       path + ".hedgingPolicy.hedgingDelay: must be 0 or more, and finite"},
       {[](HedgingPolicy& p) { p.non_fatal_codes.Add(StatusCode::OK); },
-       path + ".nonFatalStatusCodes: must not contain OK"},
+       path + ".hedgingPolicy.nonFatalStatusCodes: must not contain OK"},
       {[](HedgingPolicy& p) { p.adaptive_percentile = 1.0; },
        path + ".rpcguard.hedgingDelayPercentile: must be in (0, 1)"},
       {[](HedgingPolicy& p) { p.min_samples = 0; },
@@ -265,6 +265,21 @@ TEST_F(HedgeControllerTest, RefusedHedgesAreNotRetried) {
   s = c.OnCopyEnd(1, StatusCode::OK, kNone, false, true);
   EXPECT_TRUE(s.done);
   EXPECT_EQ(c.started(), 1);
+}
+
+// The glue could not send the copy a step asked for: no more copies, and
+// with nothing in flight the call ends.
+TEST_F(HedgeControllerTest, ARefusedCopyStopsTheCopies) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  HedgeController::Step s =
+      c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
+  ASSERT_TRUE(s.send);
+  s = c.OnRefused();
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(c.started(), 1);
+  EXPECT_TRUE(c.stopped());
 }
 
 TEST_F(HedgeControllerTest, NoCopyAfterTheDeadline) {

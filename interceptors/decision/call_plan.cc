@@ -31,6 +31,21 @@ absl::string_view CallModeName(CallMode mode) {
   return "pass_through";
 }
 
+bool MayHedge(const MethodPolicy& policy, Idempotency idempotency,
+              bool for_method) {
+  if (!policy.hedging.has_value()) return false;
+  switch (idempotency) {
+    case Idempotency::kNoSideEffects:
+      return true;
+    case Idempotency::kIdempotent:
+    case Idempotency::kKeyed:
+      return for_method;
+    case Idempotency::kUnknown:
+      return false;
+  }
+  return false;
+}
+
 CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
   CallPlan plan;
   if (!facts.unary || facts.marked_pass_through) return plan;
@@ -61,6 +76,17 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
     }
   }
   plan.may_repeat = MayRepeat(plan.idempotency);
+  if (MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
+    if (!facts.response_may_be_message) {
+      plan.mode = CallMode::kMetadataOnly;
+      plan.reason = GiveUpReason::kUnsupportedCall;
+      return plan;
+    }
+    // Copies run side by side: every one is a call of rpcguard's own.
+    plan.hedge = true;
+    plan.mode = CallMode::kHijack;
+    return plan;
+  }
   const bool retries = plan.may_repeat && policy.retry.max_attempts > 1;
   // Neither a methodConfig timeout (it shortens the caller's deadline) nor
   // waitForReady can be put on the application's own call.

@@ -60,6 +60,10 @@ struct CallFacts {
   // true when it is one or is not known yet (the CQ API hands it over
   // later).
   bool response_may_be_message = true;
+  // The method's hedging policy was written for this method itself (its
+  // own config entry), not for its service or as a default: IDEMPOTENT and
+  // KEYED methods are hedged only then.
+  bool hedging_for_method = false;
 };
 
 // The answer of PlanCall.
@@ -78,7 +82,17 @@ struct CallPlan {
   // be retried safely).
   grpc::Status reject;
   GiveUpReason reason = GiveUpReason::kNone;
+  // The call is hedged (policy.hedging): kHijack, copies instead of retries.
+  bool hedge = false;
 };
+
+// Whether a call of `idempotency` under `policy` may be hedged: never
+// without a hedging policy, always for NO_SIDE_EFFECTS, for IDEMPOTENT and
+// KEYED only when the hedging policy was written for the method itself
+// (`for_method`; every copy carries the same idempotency key), never for
+// UNKNOWN (a caller's own key makes a call KEYED for retries, not hedges).
+bool MayHedge(const MethodPolicy& policy, Idempotency idempotency,
+              bool for_method);
 
 // Decides how a call of a method with `policy` is run. Checks, in order:
 // pass-through (nothing else matters), the declaration, the destination, the

@@ -20,16 +20,19 @@ absl::Status Bad(absl::string_view path, absl::string_view field,
 }  // namespace
 
 absl::Status HedgingPolicy::Validate(absl::string_view path) const {
-  if (max_attempts < 2) return Bad(path, "maxAttempts", "must be at least 2");
+  if (max_attempts < 2)
+    return Bad(path, "hedgingPolicy.maxAttempts", "must be at least 2");
   if (max_attempts > kMaxAttemptsCap) {
-    return Bad(path, "maxAttempts",
+    return Bad(path, "hedgingPolicy.maxAttempts",
                absl::StrCat("must be at most ", kMaxAttemptsCap));
   }
   if (delay < absl::ZeroDuration() || delay == absl::InfiniteDuration()) {
-    return Bad(path, "hedgingDelay", "must be 0 or more, and finite");
+    return Bad(path, "hedgingPolicy.hedgingDelay",
+               "must be 0 or more, and finite");
   }
   if (non_fatal_codes.Contains(grpc::StatusCode::OK)) {
-    return Bad(path, "nonFatalStatusCodes", "must not contain OK");
+    return Bad(path, "hedgingPolicy.nonFatalStatusCodes",
+               "must not contain OK");
   }
   if (adaptive_percentile.has_value() &&
       !(*adaptive_percentile > 0 && *adaptive_percentile < 1)) {
@@ -215,6 +218,19 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
   }
   if (!step.send && in_flight_ == 0 && next_timer_ == absl::InfiniteFuture()) {
     // Nothing left to wait for: the call ends with this failure.
+    decided_ = true;
+    step.done = true;
+  }
+  return step;
+}
+
+HedgeController::Step HedgeController::OnRefused() {
+  Step step;
+  if (started_ > 0) --started_;
+  if (in_flight_ > 0) --in_flight_;
+  stopped_ = true;
+  next_timer_ = absl::InfiniteFuture();
+  if (!decided_ && in_flight_ == 0) {
     decided_ = true;
     step.done = true;
   }

@@ -70,8 +70,9 @@ struct HedgingPolicy {
   double max_extra_load = 0.05;
 
   // OK, or InvalidArgument naming the first bad field by its JSON path under
-  // `path` (e.g. "methodConfig[0].hedgingPolicy.maxAttempts: must be at
-  // least 2").
+  // the method config at `path` (e.g. "methodConfig[0].hedgingPolicy.
+  // maxAttempts: must be at least 2", "methodConfig[0].rpcguard.
+  // maxExtraLoad: must be in (0, 1]").
   absl::Status Validate(absl::string_view path) const;
 
   bool operator==(const HedgingPolicy& o) const;
@@ -150,6 +151,11 @@ class HedgeController {
   // for OnTimer, asked only if a copy would be started now.
   Step OnCopyEnd(int number, grpc::StatusCode code, const Pushback& pushback,
                  bool caller_cancelled, bool allowed);
+
+  // The copy the last Step asked for could not be sent: the destination
+  // refused it (breaker open, hedge budget spent). No more copies; the call
+  // ends with its last failure when nothing else is in flight.
+  Step OnRefused();
 
   // Copies started so far; copies in flight.
   int started() const { return started_; }

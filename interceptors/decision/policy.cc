@@ -51,8 +51,8 @@ absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text) {
 
 absl::string_view PolicyFieldName(int index) {
   static constexpr absl::string_view kNames[kNumPolicyFields] = {
-      "idempotency", "retryPolicy",    "jitter",      "perAttemptTimeout",
-      "timeout",     "minAttemptTime", "waitForReady"};
+      "idempotency", "retryPolicy",    "jitter",       "perAttemptTimeout",
+      "timeout",     "minAttemptTime", "waitForReady", "hedgingPolicy"};
   return index >= 0 && index < kNumPolicyFields ? kNames[index] : "";
 }
 
@@ -73,6 +73,7 @@ void MergePolicy(const MethodPolicy& from, uint32_t from_fields,
   if (take & kFieldTimeout) to->timeout = from.timeout;
   if (take & kFieldMinAttemptTime) to->min_attempt_time = from.min_attempt_time;
   if (take & kFieldWaitForReady) to->wait_for_ready = from.wait_for_ready;
+  if (take & kFieldHedging) to->hedging = from.hedging;
   *to_fields |= take;
 }
 

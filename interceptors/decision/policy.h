@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/backoff.h"
+#include "rpcguard/decision/hedging.h"
 #include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
@@ -82,6 +83,9 @@ struct MethodPolicy {
   absl::Duration min_attempt_time = absl::Milliseconds(2);
   // gRPC's methodConfig `waitForReady`, applied to every attempt.
   std::optional<bool> wait_for_ready;
+  // gRFC A6's hedgingPolicy (with rpcguard's extensions): when set, and the
+  // call may be hedged (call_plan.h), copies replace retries.
+  std::optional<HedgingPolicy> hedging;
 
   // The classifier this policy implies.
   Classifier MakeClassifier() const {
@@ -101,9 +105,10 @@ enum PolicyField : uint32_t {
   kFieldTimeout = 1 << 4,
   kFieldMinAttemptTime = 1 << 5,
   kFieldWaitForReady = 1 << 6,
+  kFieldHedging = 1 << 7,  // the hedgingPolicy as a whole
 };
-inline constexpr uint32_t kAllPolicyFields = (1 << 7) - 1;
-inline constexpr int kNumPolicyFields = 7;
+inline constexpr uint32_t kAllPolicyFields = (1 << 8) - 1;
+inline constexpr int kNumPolicyFields = 8;
 
 // The field's name as Explain prints it ("idempotency", "retryPolicy", ...),
 // for bit `index` (0 = kFieldIdempotency).

@@ -201,6 +201,23 @@ void FactoryState::AttachDestination(absl::string_view method,
       state->budget = registry_->GetBudget(key);
     }
   }
+  if (const auto& hedging = state->resolved.policy.hedging) {
+    if (hedging->adaptive_percentile.has_value()) {
+      state->latency =
+          std::make_unique<LatencyEstimator>(*hedging->adaptive_percentile);
+    }
+    // Hedges at most maxExtraLoad of the method's first attempts, plus a
+    // reserve of one a second so that a quiet client can hedge at all.
+    RetryBudgetOptions cap;
+    cap.ratio = hedging->max_extra_load;
+    cap.min_retries_per_second = 1;
+    auto b = registry_->GetBudget(absl::StrCat(key, "#hedges", method), cap);
+    if (b.ok()) {
+      state->hedge_budget = *std::move(b);
+    } else {
+      note(b.status());
+    }
+  }
   if (dest.throttle.has_value()) {
     auto t = registry_->GetThrottle(destination_, *dest.throttle);
     if (t.ok()) {

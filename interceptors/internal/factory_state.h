@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/channel.h"
+#include "rpcguard/decision/hedging.h"
 #include "rpcguard/decision/retry_gate.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/internal/method_cache.h"
@@ -64,6 +65,11 @@ struct MethodState {
   // Two channels disagreeing about one shared breaker's options: calls fail
   // with FAILED_PRECONDITION rather than run unguarded.
   absl::Status setup_error;
+  // Hedging (resolved.policy.hedging set): the recent successful attempt
+  // latency, for an adaptive delay (null without one), and the cap on
+  // hedges, a budget of their own per destination key and method.
+  std::unique_ptr<LatencyEstimator> latency;
+  std::shared_ptr<RetryBudget> hedge_budget;
 
   // How attempts name the method to gRPC (RpcMethodFor).
   std::optional<grpc::internal::RpcMethod> registered;

@@ -53,7 +53,13 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
   if (factory_->refresher()) controller_.EnableAuthRefresh();
 }
 
-void HijackedCall::Start() { StartAttempt(); }
+void HijackedCall::Start() {
+  if (hedging_) {
+    StartHedged();
+  } else {
+    StartAttempt();
+  }
+}
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
                                     void* response_object) {
@@ -106,6 +112,31 @@ bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
       return true;
   }
   return false;
+}
+
+HijackedCall::Ending HijackedCall::RefusedLocked(GiveUpReason refused,
+                                                 const AttemptStart& start) {
+  switch (refused) {
+    case GiveUpReason::kBreakerOpen:
+      return FinishLocked(
+          grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrCat("rpcguard: ",
+                           method_.breaker->RefusalMessage(*start.admission))),
+          refused, nullptr);
+    case GiveUpReason::kCancelled:
+      return FinishLocked(cancel_status_, cancel_reason_, nullptr);
+    case GiveUpReason::kBudgetExhausted:
+      // The previous attempt's answer stands, as for any give-up; the
+      // terminal event is the attempt that was not sent.
+      return FinishLocked(last_status_, refused, last_attempt_.get());
+    default:  // kDeadline
+      return FinishLocked(
+          grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       absl::StrCat("deadline passed before attempt ",
+                                    controller_.attempts() + 1)),
+          GiveUpReason::kDeadline, nullptr);
+  }
 }
 
 void HijackedCall::FailBeforeStart(const grpc::Status& status,
@@ -182,31 +213,8 @@ void HijackedCall::StartAttempt() {
           in_flight_ = shared_from_this();
           send = true;
           break;
-        case GiveUpReason::kBreakerOpen:
-          ending = FinishLocked(
-              grpc::Status(
-                  grpc::StatusCode::UNAVAILABLE,
-                  absl::StrCat("rpcguard: ", method_.breaker->RefusalMessage(
-                                                 *start.admission))),
-              refused, nullptr);
-          ended = true;
-          break;
-        case GiveUpReason::kCancelled:
-          ending = FinishLocked(cancel_status_, cancel_reason_, nullptr);
-          ended = true;
-          break;
-        case GiveUpReason::kBudgetExhausted:
-          // The previous attempt's answer stands, as for any give-up; the
-          // terminal event is the attempt that was not sent.
-          ending = FinishLocked(last_status_, refused, last_attempt_.get());
-          ended = true;
-          break;
-        default:  // kDeadline
-          ending = FinishLocked(
-              grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                           absl::StrCat("deadline passed before attempt ",
-                                        controller_.attempts() + 1)),
-              GiveUpReason::kDeadline, nullptr);
+        default:
+          ending = RefusedLocked(refused, start);
           ended = true;
           break;
       }

@@ -68,10 +68,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpcguard/decision/hedging.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/internal/factory_state.h"
@@ -118,6 +120,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // What attempts replay; written only before Start, FailBeforeStart or
   // RideFirstAttempt.
   Setup& setup() { return setup_; }
+
+  // Hedges the call (CallPlan::hedge): copies of it run side by side under
+  // the method's hedgingPolicy instead of retries (hedged_call.cc). Before
+  // Start.
+  void EnableHedging() { hedging_ = true; }
 
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
@@ -178,6 +185,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     std::optional<RetryCharge> charge;
     // Sent with wait_for_ready: its predecessor never reached the server.
     bool wait_for_connection = false;
+    // Hedging: the copy's number, when it was sent, and whether rpcguard
+    // cancelled it because another copy decided the call.
+    int number = 0;
+    absl::Time sent;
+    bool loser = false;
   };
 
   // The call just decided, and the parked batches to serve.
@@ -244,6 +256,31 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   void PrepareContext(grpc::ClientContext& ctx, const Attempt& attempt,
                       int number) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The call's end when its next attempt was refused for `refused` (not
+  // kNone; `start` is the gate's answer).
+  Ending RefusedLocked(GiveUpReason refused, const AttemptStart& start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Hedging (hedged_call.cc): the first copy and the hedge timer; one more
+  // copy, numbered `number`, admitted by the breaker (`admission`); a
+  // copy's end; the hedge timer; arming it for `when`.
+  void StartHedged() ABSL_LOCKS_EXCLUDED(mu_);
+  void SendCopy(int number, std::optional<Admission> admission)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCopyDone(Attempt* copy, grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnHedgeTimer() ABSL_LOCKS_EXCLUDED(mu_);
+  void ArmHedgeTimer(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
+  // The deferred half of Cancel() for a hedged call: cancels every copy.
+  void CancelHedged() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sends the copy a HedgeController step asked for, if the destination
+  // admits it (breaker, hedge budget); tells the controller otherwise.
+  void SendAskedCopy() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a hedged call with `status` from `copy` (null: none), cancelling
+  // the other copies; outside mu_.
+  void EndHedged(const grpc::Status& status, GiveUpReason reason,
+                 const std::shared_ptr<Attempt>& copy, StatusClass status_class)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Records the outcome (kDone); `kind` and `status_class` describe the
   // terminal trace event: the attempt that ended the call (kAttempt), or
   // the attempt it did not send (kFailFast).
@@ -292,6 +329,13 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   bool next_waits_for_connection_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Admission> deferred_failure_ ABSL_GUARDED_BY(mu_);
   std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
+  // Hedging: set before Start; then the call's copies and their timers.
+  bool hedging_ = false;
+  std::optional<HedgeController> hedge_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Attempt>> copies_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<grpc::Alarm>> hedge_alarms_ ABSL_GUARDED_BY(mu_);
+  // Why no more copies go, if that ends the call (pushback, refusal).
+  GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
   Batches parked_ ABSL_GUARDED_BY(mu_);
   // The outcome: written once, by FinishLocked, and immutable from then on;
   // outcome_ points to it once it is. Readers hold it through Ending or

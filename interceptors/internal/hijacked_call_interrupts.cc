@@ -90,6 +90,10 @@ void HijackedCall::EndRefresh(absl::StatusOr<RefreshedCredentials> result) {
 }
 
 void HijackedCall::DoCancel() {
+  if (hedging_) {
+    CancelHedged();
+    return;
+  }
   std::shared_ptr<grpc::ClientContext> attempt;
   grpc::Alarm* alarm = nullptr;
   bool end_refresh = false;

@@ -171,6 +171,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       facts.response_may_be_message =
           response == nullptr || IsProtobufMessage(response);
     }
+    // The hedging policy's source: the method's own entry, or not.
+    constexpr int kHedgingBit = 7;  // kFieldHedging
+    facts.hedging_for_method =
+        method.resolved.sources[kHedgingBit] == PolicySource::kConfigMethod ||
+        method.resolved.sources[kHedgingBit] == PolicySource::kProtoMethod;
     plan_ = PlanCall(policy, facts);
 
     if (plan_.mode == CallMode::kMetadataOnly ||
@@ -256,6 +261,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                          "call cancelled before it started"),
                             GiveUpReason::kCancelled);
     } else {
+      if (plan_.hedge) call->EnableHedging();
       call->Start();
     }
     // Re-enters Intercept() with this batch's receive hooks, which park.

@@ -188,6 +188,7 @@ class FaultServer::Impl final
         }
       }
       fail = attempt <= req->fail_first() ||
+             attempt == req->fail_only_attempt() ||
              (req->fail_percent() > 0 &&
               absl::Uniform(gen_, 0, 100) < req->fail_percent());
       bool apply_anyway = req->apply_then_fail();
@@ -254,6 +255,7 @@ class FaultServer::Impl final
     }
     int delay_ms = req->delay_ms() + mode_delay_ms;
     if (attempt <= req->fail_first()) delay_ms += req->fail_delay_ms();
+    if (attempt == 1) delay_ms += req->slow_first_ms();
 
     if (delay_ms <= 0) {
       reactor->Finish(status);

@@ -1,0 +1,326 @@
+// Copyright rpcguard authors.
+//
+// HijackedCall, continued: a hedged call (CallPlan::hedge). Copies of the
+// call run side by side under the method's hedgingPolicy; the decisions are
+// HedgeController's (decision/hedging.h), and this file only carries them
+// out: send a copy, arm the hedge timer, end the call with the copy that
+// decided it and cancel the others. The machinery shared with retried calls
+// (the attempts' contexts, the outcome, the parked batches, the caller's
+// cancel) is in hijacked_call.cc and hijacked_call_interrupts.cc.
+//
+// What the destination hears: the first copy is admitted by the breaker and
+// earns retry and hedge budget as a first attempt does; every further copy
+// needs the breaker's admission and a grant of the hedge budget, and is
+// refused, never delayed, without them. A copy cancelled because another
+// decided the call tells the breaker nothing; a copy that failed while the
+// call went on is left to the call's final result, as a retried failure is.
+// Only a winning copy's latency feeds the adaptive delay.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rpcguard/internal/attempt_call.h"
+#include "rpcguard/internal/deadline.h"
+#include "rpcguard/internal/hijacked_call.h"
+#include "rpcguard/internal/sending_scope.h"
+
+namespace rpcguard {
+namespace internal {
+
+void HijackedCall::StartHedged() {
+  bool cancelled;
+  absl::Duration remaining;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    const HedgingPolicy& policy = *policy_.hedging;
+    hedge_.emplace(policy, HedgeDelay(policy, method_.latency.get()),
+                   controller_.deadline(), factory_->clock());
+    cancelled = cancelled_;
+    remaining = controller_.Remaining();
+  }
+  // Outside mu_: the breaker may call transition listeners.
+  AttemptStart start = BeforeAttempt(1, cancelled, remaining, method_.gates());
+  if (start.refused != GiveUpReason::kNone) {
+    Ending ending;
+    {
+      internal::MutexLock lock(&mu_);
+      ending = RefusedLocked(start.refused, start);
+    }
+    Conclude(ending);
+    return;
+  }
+  if (method_.hedge_budget != nullptr) {
+    method_.hedge_budget->RecordFirstAttempt();
+  }
+  absl::Time timer;
+  {
+    internal::MutexLock lock(&mu_);
+    timer = hedge_->Start();
+  }
+  SendCopy(1, std::move(start.admission));
+  if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
+}
+
+void HijackedCall::SendCopy(int number, std::optional<Admission> admission) {
+  auto copy = std::make_shared<Attempt>();
+  copy->context = std::make_shared<grpc::ClientContext>();
+  copy->admission = std::move(admission);
+  copy->number = number;
+  bool send = false;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ != Phase::kDone) {
+      copy->deadline = controller_.StartAttempt();
+      copy->sent = factory_->clock()->Now();
+      copies_.push_back(copy);
+      phase_ = Phase::kAttempting;
+      // Held while any copy runs: each copy's callback has a raw pointer.
+      if (in_flight_ == nullptr) in_flight_ = shared_from_this();
+      send = true;
+    }
+  }
+  if (!send) {
+    // Decided meanwhile (another copy won): the admission goes back.
+    AttemptOutcome never_sent;
+    never_sent.code = grpc::StatusCode::CANCELLED;
+    never_sent.caller_cancelled = true;  // tells the breaker nothing
+    RecordAttemptEnd(method_.gates(), copy->admission, StatusClass::kFatal,
+                     never_sent, /*retrying=*/false);
+    return;
+  }
+  const std::shared_ptr<grpc::ClientContext> context = copy->context;
+  PrepareContext(*context, *copy, number);
+  Attempt* raw = copy.get();
+  {
+    SendingScope sending(context.get());
+    StartAttemptCall(setup_.channel.get(), *setup_.rpc_method, context.get(),
+                     &setup_.request, &copy->response,
+                     [this, raw](grpc::Status status) {
+                       OnCopyDone(raw, std::move(status));
+                     });
+  }
+  bool cancel_now;
+  {
+    internal::MutexLock lock(&mu_);
+    // The call was decided, or cancelled, while this copy was started.
+    cancel_now = cancelled_ || phase_ == Phase::kDone;
+    if (cancel_now) copy->loser = !cancelled_;
+  }
+  if (cancel_now) context->TryCancel();
+}
+
+void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
+  std::shared_ptr<HijackedCall> self;
+  std::shared_ptr<Attempt> copy;
+  Pushback pushback;
+  if (!status.ok()) {
+    const auto& trailers = raw->context->GetServerTrailingMetadata();
+    auto it = trailers.find(kPushbackTrailer);
+    if (it != trailers.end()) {
+      pushback = ParsePushback(
+          absl::string_view(it->second.data(), it->second.size()));
+    }
+    pushback.min_delay = ParseRetryInfo(status.error_details());
+  }
+  HedgeController::Step step;
+  AttemptOutcome outcome;
+  StatusClass status_class = StatusClass::kOk;
+  bool decided_before = false;
+  {
+    internal::MutexLock lock(&mu_);
+    auto it = std::find_if(copies_.begin(), copies_.end(),
+                           [raw](const auto& c) { return c.get() == raw; });
+    if (it != copies_.end()) {
+      copy = std::move(*it);
+      copies_.erase(it);
+    }
+    if (copies_.empty()) self = std::move(in_flight_);
+    AttemptEnd end;
+    end.code = status.error_code();
+    end.caller_cancelled = cancelled_;
+    end.local_error = IsLocalError(end.code, status.error_message());
+    outcome = controller_.OutcomeOf(end);
+    // A copy rpcguard cancelled because another decided the call says
+    // nothing of the server.
+    if (copy != nullptr && copy->loser) outcome.caller_cancelled = true;
+    status_class = policy_.MakeClassifier().Classify(outcome);
+    decided_before = phase_ == Phase::kDone;
+    if (!decided_before && hedge_.has_value()) {
+      step = hedge_->OnCopyEnd(copy != nullptr ? copy->number : 0,
+                               status.error_code(), pushback, cancelled_,
+                               /*allowed=*/true);
+      if (pushback.kind == Pushback::Kind::kStop) {
+        hedge_stop_ = GiveUpReason::kPushbackStop;
+      }
+    }
+  }
+  if (copy == nullptr) return;
+  // The destination: the final copy's result is the call's; a failure the
+  // call goes on from is left to what follows, as a retried failure is.
+  RecordAttemptEnd(method_.gates(), copy->admission, status_class, outcome,
+                   /*retrying=*/!decided_before && !step.done);
+  if (decided_before) return;
+  if (step.done) {
+    if (status.ok() && method_.latency != nullptr) {
+      method_.latency->Record(factory_->clock()->Now() - copy->sent);
+    }
+    GiveUpReason reason = GiveUpReason::kNone;
+    if (!status.ok()) {
+      internal::MutexLock lock(&mu_);
+      reason = cancelled_                        ? cancel_reason_
+               : outcome.caller_deadline_expired ? GiveUpReason::kDeadline
+               : status_class != StatusClass::kRetriable ||
+                       !policy_.hedging->non_fatal_codes.Contains(
+                           status.error_code())
+                   ? (outcome.local_error ? GiveUpReason::kLocalError
+                                          : GiveUpReason::kFatal)
+                   : hedge_stop_;
+    }
+    EndHedged(status, reason, copy, status_class);
+    return;
+  }
+  {
+    internal::MutexLock lock(&mu_);
+    // The call goes on: this failure stands if nothing better comes.
+    last_status_ = status;
+    last_attempt_ = copy;
+  }
+  if (step.send) SendAskedCopy();
+  if (step.next_timer != absl::InfiniteFuture()) ArmHedgeTimer(step.next_timer);
+}
+
+void HijackedCall::SendAskedCopy() {
+  int number;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone || !hedge_.has_value()) return;
+    number = hedge_->started();
+  }
+  // The destination's say: the breaker admits it and the hedge budget
+  // grants it, or it is not sent (hedges never wait).
+  std::optional<Admission> admission;
+  GiveUpReason refused = GiveUpReason::kNone;
+  if (method_.breaker != nullptr) {
+    admission = method_.breaker->Admit();
+    if (!admission->allowed()) refused = GiveUpReason::kBreakerOpen;
+  }
+  if (refused == GiveUpReason::kNone && method_.hedge_budget != nullptr &&
+      !method_.hedge_budget->TryAcquireRetry(RetryCharge::kUpFront)) {
+    refused = GiveUpReason::kBudgetExhausted;
+    if (admission.has_value()) {
+      method_.breaker->Record(*admission, AttemptResult::kIgnored);
+    }
+  }
+  if (refused == GiveUpReason::kNone) {
+    SendCopy(number, std::move(admission));
+    return;
+  }
+  HedgeController::Step step;
+  grpc::Status last;
+  std::shared_ptr<Attempt> last_copy;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    hedge_stop_ = refused;
+    step = hedge_->OnRefused();
+    last = last_status_;
+    last_copy = last_attempt_;
+  }
+  if (step.done) EndHedged(last, refused, last_copy, StatusClass::kRetriable);
+}
+
+void HijackedCall::OnHedgeTimer() {
+  HedgeController::Step step;
+  grpc::Status last;
+  std::shared_ptr<Attempt> last_copy;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone || !hedge_.has_value() || cancelled_) return;
+    step = hedge_->OnTimer(/*allowed=*/true);
+    last = last_status_;
+    last_copy = last_attempt_;
+  }
+  if (step.done) {
+    GiveUpReason reason;
+    {
+      internal::MutexLock lock(&mu_);
+      reason = controller_.Remaining() <= absl::ZeroDuration()
+                   ? GiveUpReason::kDeadline
+                   : hedge_stop_;
+    }
+    EndHedged(last, reason, last_copy, StatusClass::kRetriable);
+    return;
+  }
+  if (step.send) SendAskedCopy();
+  if (step.next_timer != absl::InfiniteFuture()) ArmHedgeTimer(step.next_timer);
+}
+
+void HijackedCall::ArmHedgeTimer(absl::Time when) {
+  grpc::Alarm* alarm;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    hedge_alarms_.push_back(std::make_unique<grpc::Alarm>());
+    alarm = hedge_alarms_.back().get();
+  }
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  alarm->Set(NoLaterThanCaller(when, factory_->clock(), setup_.raw_deadline),
+             [weak](bool fired) {
+               if (!fired) return;
+               if (auto self = weak.lock()) self->OnHedgeTimer();
+             });
+}
+
+void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
+                             const std::shared_ptr<Attempt>& copy,
+                             StatusClass status_class) {
+  Ending ending;
+  std::vector<std::shared_ptr<grpc::ClientContext>> losers;
+  std::vector<grpc::Alarm*> alarms;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    for (const auto& other : copies_) {
+      other->loser = true;
+      if (other->context != nullptr) losers.push_back(other->context);
+    }
+    for (const auto& alarm : hedge_alarms_) alarms.push_back(alarm.get());
+    const bool by_cancel = cancelled_ && !status.ok();
+    ending = FinishLocked(
+        by_cancel ? cancel_status_ : status,
+        by_cancel ? cancel_reason_ : reason,
+        copy != nullptr && copy->context != nullptr ? copy.get() : nullptr,
+        TraceEvent::Kind::kAttempt, status_class);
+  }
+  // Outside mu_: a cancelled copy may end on this thread.
+  for (const auto& context : losers) context->TryCancel();
+  for (grpc::Alarm* alarm : alarms) alarm->Cancel();
+  Conclude(ending);
+}
+
+void HijackedCall::CancelHedged() {
+  std::vector<std::shared_ptr<grpc::ClientContext>> copies;
+  std::vector<grpc::Alarm*> alarms;
+  Ending ending;
+  bool end_now = false;
+  {
+    internal::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    for (const auto& copy : copies_) copies.push_back(copy->context);
+    for (const auto& alarm : hedge_alarms_) alarms.push_back(alarm.get());
+    // Nothing in flight (waiting out a server's pushback): end it now;
+    // otherwise the copies' CANCELLED endings do.
+    if (copies_.empty()) {
+      ending = FinishLocked(cancel_status_, cancel_reason_, nullptr);
+      end_now = true;
+    }
+  }
+  for (const auto& context : copies) context->TryCancel();
+  for (grpc::Alarm* alarm : alarms) alarm->Cancel();
+  if (end_now) Conclude(ending);
+}
+
+}  // namespace internal
+}  // namespace rpcguard

@@ -1,0 +1,302 @@
+// Copyright rpcguard authors.
+//
+// Hedged calls end to end (issue 14), through the sync, CQ-async, callback
+// and reactor stubs against the fault server: a slow first copy is beaten
+// by a hedge that carries the same key; a fatal answer ends the call at
+// once; the caller's cancel and deadline end every copy; who may be hedged;
+// the hedgingPolicy's JSON and Explain.
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/rpcguard.h"
+#include "tests/testing/fault_server.h"
+#include "tests/testing/stub_calls.h"
+
+namespace rpcguard {
+namespace {
+
+using ::rpcguard::testing::FaultServer;
+using ::rpcguard::testing::KindName;
+using ::rpcguard::testing::Method;
+using ::rpcguard::testing::PendingCall;
+using ::rpcguard::testing::StartCall;
+using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+using ::rpcguard::testing::v1::FaultService;
+
+// Get (NO_SIDE_EFFECTS) hedged by the service's entry; Put (IDEMPOTENT)
+// by an entry for the method itself; Charge (KEYED) by the service's
+// entry only, which does not hedge it.
+constexpr char kConfig[] = R"json({"methodConfig": [
+  {"name": [{"service": "rpcguard.testing.v1.FaultService"}],
+   "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s",
+                     "nonFatalStatusCodes": ["UNAVAILABLE"]}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Put"}],
+   "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s"}}
+]})json";
+
+std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto it = md.find(key);
+  if (it == md.end()) return "<none>";
+  return std::string(it->second.data(), it->second.size());
+}
+
+class HedgingE2ETest : public ::testing::TestWithParam<StubKind> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Config> config = Config::FromJson(kConfig);
+    ASSERT_TRUE(config.ok()) << config.status();
+    Options options;
+    options.config = *config;
+    options.breaker_registry = *BreakerRegistry::Create({});
+    auto channel = CreateChannel(server_.address(),
+                                 grpc::InsecureChannelCredentials(), options);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    stub_ = FaultService::NewStub(*channel);
+  }
+
+  grpc::Status Call(Method m, grpc::ClientContext* ctx, const FaultRequest& req,
+                    FaultReply* reply) {
+    return StartCall(GetParam(), stub_.get(), m, ctx, req, reply)->Wait();
+  }
+
+  std::string Op(const std::string& name) {
+    return absl::StrCat(name, "-", KindName(GetParam()), "-", ++op_counter_);
+  }
+
+  FaultServer server_;
+  std::unique_ptr<FaultService::Stub> stub_;
+  int op_counter_ = 0;
+};
+
+// The first copy takes 2 s; the hedge sent after 50 ms answers at once:
+// the call ends after about the hedge delay, the server saw two copies
+// with one key, numbered 1 and 2.
+TEST_P(HedgingE2ETest, AHedgeBeatsASlowFirstCopy) {
+  FaultRequest req;
+  req.set_op_id(Op("slow-first"));
+  req.set_slow_first_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Time start = absl::Now();
+  const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GE(took, absl::Milliseconds(45));
+  EXPECT_LT(took, absl::Seconds(1));
+  EXPECT_EQ(reply.attempts_seen(), 2);
+  EXPECT_EQ(reply.attempt_header(), "2");
+  const auto op = server_.Op(req.op_id());
+  ASSERT_EQ(op.keys.size(), 2u);
+  EXPECT_EQ(op.keys[0], op.keys[1]);
+  EXPECT_FALSE(op.keys[0].empty());
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "2");
+}
+
+// A first copy that answers before the hedge delay: no hedge at all.
+TEST_P(HedgingE2ETest, AFastCallIsNotHedged) {
+  FaultRequest req;
+  req.set_op_id(Op("fast"));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  absl::SleepFor(absl::Milliseconds(100));  // past the hedge delay
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "1");
+}
+
+// The hedge fails with a fatal code while the first copy is still slow:
+// the call ends with it at once, not after 2 s.
+TEST_P(HedgingE2ETest, AFatalAnswerEndsTheCall) {
+  FaultRequest req;
+  req.set_op_id(Op("fatal"));
+  req.set_slow_first_ms(2000);
+  req.set_fail_only_attempt(2);
+  req.set_fail_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Time start = absl::Now();
+  const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+}
+
+// A non-fatal failure sends the next copy at once (A6).
+TEST_P(HedgingE2ETest, ANonFatalFailureSendsTheNextCopyAtOnce) {
+  FaultRequest req;
+  req.set_op_id(Op("nonfatal"));
+  req.set_fail_first(1);  // UNAVAILABLE, at once
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+  // Without the hedge delay, and without a retry's backoff.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(45));
+  EXPECT_EQ(reply.attempts_seen(), 2);
+}
+
+// Every copy slow: the caller's deadline ends them all, on time.
+TEST_P(HedgingE2ETest, TheDeadlineEndsEveryCopy) {
+  FaultRequest req;
+  req.set_op_id(Op("deadline"));
+  req.set_delay_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(300);
+  ctx.set_deadline(deadline);
+  const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(absl::Now(), absl::FromChrono(deadline) + absl::Milliseconds(200));
+  // The hedges went out before the deadline: 3 copies at 0, 50, 100 ms.
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
+}
+
+// The caller cancels with copies in flight: the call ends at once.
+TEST_P(HedgingE2ETest, TheCallersCancelEndsEveryCopy) {
+  FaultRequest req;
+  req.set_op_id(Op("cancel"));
+  req.set_delay_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  std::unique_ptr<PendingCall> call =
+      StartCall(GetParam(), stub_.get(), Method::kGet, &ctx, req, &reply);
+  absl::SleepFor(absl::Milliseconds(80));  // two copies out
+  const absl::Time cancelled = absl::Now();
+  ctx.TryCancel();
+  const grpc::Status s = call->Wait();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(absl::Now() - cancelled, absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2) << "no copy after a cancel";
+}
+
+// IDEMPOTENT with a policy written for the method: hedged. KEYED with the
+// service's policy only: not hedged, and not retried either (the service's
+// entry has no retryPolicy; Charge's own default is 3 attempts).
+TEST_P(HedgingE2ETest, WhoMayBeHedged) {
+  {
+    FaultRequest req;
+    req.set_op_id(Op("put"));
+    req.set_slow_first_ms(2000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ASSERT_TRUE(Call(Method::kPut, &ctx, req, &reply).ok());
+    EXPECT_EQ(reply.attempts_seen(), 2);
+  }
+  {
+    FaultRequest req;
+    req.set_op_id(Op("charge"));
+    req.set_slow_first_ms(300);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ASSERT_TRUE(Call(Method::kCharge, &ctx, req, &reply).ok());
+    EXPECT_EQ(reply.attempts_seen(), 1);
+  }
+  {
+    FaultRequest req;  // Create: never declared, never hedged
+    req.set_op_id(Op("create"));
+    req.set_slow_first_ms(300);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ASSERT_TRUE(Call(Method::kCreate, &ctx, req, &reply).ok());
+    EXPECT_EQ(reply.attempts_seen(), 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStubs, HedgingE2ETest,
+                         ::testing::Values(StubKind::kSync, StubKind::kAsync,
+                                           StubKind::kCallback,
+                                           StubKind::kReactor),
+                         [](const ::testing::TestParamInfo<StubKind>& i) {
+                           return KindName(i.param);
+                         });
+
+// --- The JSON ---
+
+TEST(HedgingConfigTest, ErrorsNameTheField) {
+  const struct {
+    const char* json;
+    const char* error;
+  } cases[] = {
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {}}]})",
+       "methodConfig[0].hedgingPolicy.maxAttempts: is required"},
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy":
+           {"maxAttempts": 1}}]})",
+       "methodConfig[0].hedgingPolicy.maxAttempts: must be at least 2"},
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy":
+           {"maxAttempts": 2, "hedgingDelay": "-1s"}}]})",
+       "methodConfig[0].hedgingPolicy.hedgingDelay: must be 0 or more"},
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy":
+           {"maxAttempts": 2, "nonFatalStatusCodes": ["NOPE"]}}]})",
+       "methodConfig[0].hedgingPolicy.nonFatalStatusCodes[0]:"},
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy":
+           {"maxAttempts": 2, "bogus": 1}}]})",
+       "methodConfig[0].hedgingPolicy.bogus: unknown field"},
+      {R"({"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 2,
+           "initialBackoff": "0.1s", "maxBackoff": "1s",
+           "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]},
+           "hedgingPolicy": {"maxAttempts": 2}}]})",
+       "methodConfig[0].hedgingPolicy: conflicts with retryPolicy; set only "
+       "one (gRFC A6)"},
+      {R"({"methodConfig": [{"name": [{}],
+           "rpcguard": {"maxExtraLoad": 0.1}}]})",
+       "methodConfig[0].rpcguard.maxExtraLoad: requires a hedgingPolicy in "
+       "the same method config"},
+      {R"({"methodConfig": [{"name": [{}], "hedgingPolicy": {"maxAttempts": 2},
+           "rpcguard": {"hedgingDelayPercentile": 1.5}}]})",
+       "methodConfig[0].rpcguard.hedgingDelayPercentile: must be in (0, 1)"},
+  };
+  for (const auto& c : cases) {
+    const absl::StatusOr<Config> config = Config::FromJson(c.json);
+    ASSERT_FALSE(config.ok()) << c.json;
+    EXPECT_TRUE(absl::StartsWith(config.status().message(), c.error))
+        << config.status().message() << "\nwanted: " << c.error;
+  }
+}
+
+TEST(HedgingConfigTest, ExplainSaysWhoIsHedgedAndHow) {
+  const absl::StatusOr<Config> config = Config::FromJson(R"({"methodConfig": [
+    {"name": [{"service": "s.S"}],
+     "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.03s"},
+     "rpcguard": {"idempotency": "NO_SIDE_EFFECTS",
+                  "hedgingDelayPercentile": 0.95, "maxExtraLoad": 0.1}},
+    {"name": [{"service": "k.K"}],
+     "hedgingPolicy": {"maxAttempts": 2},
+     "rpcguard": {"idempotency": "KEYED"}}]})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string read = config->Explain("/s.S/Read");
+  EXPECT_TRUE(absl::StrContains(
+      read, "hedged, up to 3 copies, the next after 30ms (then p95"))
+      << read;
+  EXPECT_TRUE(absl::StrContains(read, "maxExtraLoad=0.1")) << read;
+  const std::string keyed = config->Explain("/k.K/Pay");
+  EXPECT_TRUE(absl::StrContains(keyed, "not for this method itself")) << keyed;
+}
+
+}  // namespace
+}  // namespace rpcguard
