@@ -312,7 +312,7 @@ class EventBuilder {
     absl::StatusOr<const Field*> f = Get("decision", true);
     if (!f.ok()) return f.status();
     for (TraceDecision d : {TraceDecision::kDone, TraceDecision::kRetry,
-                            TraceDecision::kGiveUp}) {
+                            TraceDecision::kGiveUp, TraceDecision::kHedge}) {
       if ((*f)->value == TraceDecisionName(d)) {
         *out = d;
         return absl::OkStatus();
@@ -559,6 +559,9 @@ void TraceReader::AddEvent(const TraceEvent& e) {
     case TraceDecision::kDone:
       c.done = true;
       c.attempts_sent = e.attempt;
+      break;
+    case TraceDecision::kHedge:
+      // A copy of a hedged call failed; the call goes on with others.
       break;
   }
 }

@@ -10,8 +10,10 @@
 //
 // What the destination hears: the first copy is admitted by the breaker and
 // earns retry and hedge budget as a first attempt does; every further copy
-// needs the breaker's admission and a grant of the hedge budget, and is
-// refused, never delayed, without them. A copy cancelled because another
+// needs the breaker's admission and a budget's grant, and is refused, never
+// delayed, without them: a copy sent while others run is extra load, paid
+// by the hedge budget (maxExtraLoad); one that replaces a failed copy is a
+// retry in all but name, paid by the retry budget (refunded if it works). A copy cancelled because another
 // decided the call tells the breaker nothing; a copy that failed while the
 // call went on is left to the call's final result, as a retried failure is.
 // Only a winning copy's latency feeds the adaptive delay.
@@ -59,19 +61,22 @@ void HijackedCall::StartHedged() {
     internal::MutexLock lock(&mu_);
     timer = hedge_->Start();
   }
-  SendCopy(1, std::move(start.admission));
+  SendCopy(1, std::move(start.admission), std::nullopt);
   if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
 }
 
-void HijackedCall::SendCopy(int number, std::optional<Admission> admission) {
+void HijackedCall::SendCopy(int number, std::optional<Admission> admission,
+                            std::optional<RetryCharge> charge) {
   auto copy = std::make_shared<Attempt>();
   copy->context = std::make_shared<grpc::ClientContext>();
   copy->admission = std::move(admission);
+  copy->charge = charge;
   copy->number = number;
   bool send = false;
   {
     internal::MutexLock lock(&mu_);
-    if (phase_ != Phase::kDone) {
+    // No copy after the caller's cancel (its deferred half ends the call).
+    if (phase_ != Phase::kDone && !cancelled_) {
       copy->deadline = controller_.StartAttempt();
       copy->sent = factory_->clock()->Now();
       copies_.push_back(copy);
@@ -82,10 +87,13 @@ void HijackedCall::SendCopy(int number, std::optional<Admission> admission) {
     }
   }
   if (!send) {
-    // Decided meanwhile (another copy won): the admission goes back.
+    // Decided meanwhile (another copy won): the admission and the grant go
+    // back.
     AttemptOutcome never_sent;
     never_sent.code = grpc::StatusCode::CANCELLED;
     never_sent.caller_cancelled = true;  // tells the breaker nothing
+    SettleAttempt(method_.gates(), copy->charge, StatusClass::kFatal,
+                  never_sent, /*server_said_stop=*/false);
     RecordAttemptEnd(method_.gates(), copy->admission, StatusClass::kFatal,
                      never_sent, /*retrying=*/false);
     return;
@@ -157,8 +165,11 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
     }
   }
   if (copy == nullptr) return;
-  // The destination: the final copy's result is the call's; a failure the
-  // call goes on from is left to what follows, as a retried failure is.
+  // The destination: a grant on credit is settled, the A6 throttle counts
+  // the copy; the final copy's result is the call's, and a failure the call
+  // goes on from is left to what follows, as a retried failure is.
+  SettleAttempt(method_.gates(), copy->charge, status_class, outcome,
+                pushback.kind == Pushback::Kind::kStop);
   RecordAttemptEnd(method_.gates(), copy->admission, status_class, outcome,
                    /*retrying=*/!decided_before && !step.done);
   if (decided_before) return;
@@ -187,34 +198,67 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
     last_status_ = status;
     last_attempt_ = copy;
   }
-  if (step.send) SendAskedCopy();
+  // The copy's end, for the trace: the call goes on with other copies.
+  TraceEvent event;
+  event.time = factory_->clock()->Now();
+  event.call_id = call_id_;
+  event.attempt = copy->number;
+  event.code = status.error_code();
+  event.status_class = status_class;
+  event.decision = TraceDecision::kHedge;
+  event.backoff = step.send || step.next_timer == absl::InfiniteFuture()
+                      ? absl::ZeroDuration()
+                      : step.next_timer - event.time;
+  {
+    internal::MutexLock lock(&mu_);
+    event.deadline_left = controller_.Remaining();
+  }
+  factory_->Emit(method_, event, [&](TraceEvent& e) {
+    e.method = method_.name;
+    e.idempotency_key = setup_.idempotency_key;
+    e.message = status.error_message();
+    FactoryState::FillBreaker(method_, e);
+  });
+  if (step.send) {
+    SendAskedCopy(
+        RetryChargeFor(outcome, pushback.kind != Pushback::Kind::kNone ||
+                                    pushback.min_delay.has_value()));
+  }
   if (step.next_timer != absl::InfiniteFuture()) ArmHedgeTimer(step.next_timer);
 }
 
-void HijackedCall::SendAskedCopy() {
+void HijackedCall::SendAskedCopy(std::optional<RetryCharge> replaces) {
   int number;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone || !hedge_.has_value()) return;
     number = hedge_->started();
   }
-  // The destination's say: the breaker admits it and the hedge budget
-  // grants it, or it is not sent (hedges never wait).
+  // The destination's say: the breaker admits it, and a budget grants it,
+  // or it is not sent (hedges never wait). A copy sent while others run is
+  // extra load: the hedge budget pays. A copy that replaces a failed one is
+  // a retry in all but name: the retry budget pays, as `replaces` says
+  // (refunded if it succeeds).
   std::optional<Admission> admission;
   GiveUpReason refused = GiveUpReason::kNone;
   if (method_.breaker != nullptr) {
     admission = method_.breaker->Admit();
     if (!admission->allowed()) refused = GiveUpReason::kBreakerOpen;
   }
-  if (refused == GiveUpReason::kNone && method_.hedge_budget != nullptr &&
-      !method_.hedge_budget->TryAcquireRetry(RetryCharge::kUpFront)) {
+  RetryBudget* budget =
+      replaces.has_value() ? method_.budget.get() : method_.hedge_budget.get();
+  const RetryCharge charge = replaces.value_or(RetryCharge::kUpFront);
+  if (refused == GiveUpReason::kNone && budget != nullptr &&
+      !budget->TryAcquireRetry(charge)) {
     refused = GiveUpReason::kBudgetExhausted;
     if (admission.has_value()) {
       method_.breaker->Record(*admission, AttemptResult::kIgnored);
     }
   }
   if (refused == GiveUpReason::kNone) {
-    SendCopy(number, std::move(admission));
+    std::optional<RetryCharge> retry_charge;
+    if (replaces.has_value() && budget != nullptr) retry_charge = charge;
+    SendCopy(number, std::move(admission), retry_charge);
     return;
   }
   HedgeController::Step step;
@@ -253,7 +297,7 @@ void HijackedCall::OnHedgeTimer() {
     EndHedged(last, reason, last_copy, StatusClass::kRetriable);
     return;
   }
-  if (step.send) SendAskedCopy();
+  if (step.send) SendAskedCopy(std::nullopt);
   if (step.next_timer != absl::InfiniteFuture()) ArmHedgeTimer(step.next_timer);
 }
 

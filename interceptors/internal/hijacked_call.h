@@ -262,19 +262,23 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Hedging (hedged_call.cc): the first copy and the hedge timer; one more
-  // copy, numbered `number`, admitted by the breaker (`admission`); a
+  // copy, numbered `number`, admitted by the breaker (`admission`) and
+  // granted by the retry budget as `charge` (none: no grant to settle); a
   // copy's end; the hedge timer; arming it for `when`.
   void StartHedged() ABSL_LOCKS_EXCLUDED(mu_);
-  void SendCopy(int number, std::optional<Admission> admission)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void SendCopy(int number, std::optional<Admission> admission,
+                std::optional<RetryCharge> charge) ABSL_LOCKS_EXCLUDED(mu_);
   void OnCopyDone(Attempt* copy, grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   void OnHedgeTimer() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmHedgeTimer(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
   // The deferred half of Cancel() for a hedged call: cancels every copy.
   void CancelHedged() ABSL_LOCKS_EXCLUDED(mu_);
   // Sends the copy a HedgeController step asked for, if the destination
-  // admits it (breaker, hedge budget); tells the controller otherwise.
-  void SendAskedCopy() ABSL_LOCKS_EXCLUDED(mu_);
+  // admits it (breaker; the hedge budget, or the retry budget paid as
+  // `replaces` for a copy that replaces a failed one); tells the controller
+  // otherwise.
+  void SendAskedCopy(std::optional<RetryCharge> replaces)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a hedged call with `status` from `copy` (null: none), cancelling
   // the other copies; outside mu_.
   void EndHedged(const grpc::Status& status, GiveUpReason reason,

@@ -262,6 +262,8 @@ absl::string_view TraceDecisionName(TraceDecision decision) {
       return "retry";
     case TraceDecision::kGiveUp:
       return "give_up";
+    case TraceDecision::kHedge:
+      return "hedge";
   }
   return "done";
 }

@@ -62,9 +62,11 @@ enum class TraceDecision {
   kDone,    // the call succeeded; nothing more to do
   kRetry,   // another attempt follows after `backoff`
   kGiveUp,  // the call ends with this status; `reason` says why
+  kHedge,   // a hedged call's copy failed and the call goes on: another
+            // copy is sent after `backoff` (0: at once), or others run
 };
 
-// Returns "done", "retry" or "give_up".
+// Returns "done", "retry", "give_up" or "hedge".
 absl::string_view TraceDecisionName(TraceDecision decision);
 
 // One step of one call (or a breaker's change of state). A plain value; which

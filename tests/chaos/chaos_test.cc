@@ -165,17 +165,17 @@ constexpr int kCallbackCallers = 3;
 constexpr int kCallbackDepth = 3;  // calls in flight per callback caller
 constexpr int kCancelPercent = 8;
 
-// Retries for the three declared methods (idempotency comes from
-// fault.proto: Get NO_SIDE_EFFECTS, Put IDEMPOTENT, Charge KEYED). Create
-// gets a retryPolicy too but no idempotency: rpcguard must still try it once.
-// A6 jitter keeps every backoff at 16 ms or more (see kCancelRaceSlack).
+// Idempotency comes from fault.proto: Get NO_SIDE_EFFECTS, Put IDEMPOTENT,
+// Charge KEYED. Get and Charge are hedged (policies written for each
+// method: a KEYED method is hedged only so), up to 3 copies 40 ms apart,
+// every copy of a Charge carrying its one key. Put is retried; Create gets a
+// retryPolicy too but no idempotency: rpcguard must still try it once. A6
+// jitter keeps every backoff at 16 ms or more (see kCancelRaceSlack).
 constexpr char kConfig[] = R"json({"methodConfig": [
   {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"},
             {"service": "rpcguard.testing.v1.FaultService", "method": "Charge"}],
-   "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s",
-                   "maxBackoff": "0.1s", "backoffMultiplier": 2,
-                   "retryableStatusCodes": ["UNAVAILABLE"]},
-   "rpcguard": {"jitter": "A6", "perAttemptTimeout": "0.15s"}},
+   "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.04s",
+                     "nonFatalStatusCodes": ["UNAVAILABLE"]}},
   {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Put"},
             {"service": "rpcguard.testing.v1.FaultService", "method": "Create"}],
    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.02s",
@@ -1252,6 +1252,9 @@ int64_t Chaos::CheckAndReport() {
     if (r.cancelled_at != absl::InfiniteFuture()) {
       ++cancelled_calls;
       int raced = 0;
+      // Get and Charge are hedged (kConfig).
+      const bool hedged =
+          r.method == Method::kGet || r.method == Method::kCharge;
       for (const AttemptRecord& a : attempts) {
         if (a.start <= r.cancelled_at) continue;
         const absl::Duration after = a.start - r.cancelled_at;
@@ -1272,6 +1275,13 @@ int64_t Chaos::CheckAndReport() {
         } else if (!numbered || number < 1) {
           cancel.Fail(absl::StrCat(r.op_id, ": an attempt numbered '", a.number,
                                    "' after the cancel"));
+        } else if (hedged) {
+          // A copy of a hedged call has no backoff: it may only race the
+          // cancel (above), once (below).
+          if (++raced > 1) {
+            cancel.Fail(
+                absl::StrCat(r.op_id, ": ", raced, " copies raced one cancel"));
+          }
         } else if (backoff_end == absl::InfiniteFuture()) {
           cancel.Fail(absl::StrCat(r.op_id, " attempt ", number,
                                    " after the cancel, and no retry "
