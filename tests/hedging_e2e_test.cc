@@ -300,3 +300,47 @@ TEST(HedgingConfigTest, ExplainSaysWhoIsHedgedAndHow) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// Stats count hedges sent, hedges that won and copies cancelled, and the
+// Prometheus text carries them.
+TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
+  FaultServer server;
+  absl::StatusOr<Config> config = Config::FromJson(kConfig);
+  ASSERT_TRUE(config.ok());
+  Options options;
+  options.config = *config;
+  options.breaker_registry = *BreakerRegistry::Create({});
+  options.stats = std::make_shared<Stats>();
+  auto channel = CreateChannel(server.address(),
+                               grpc::InsecureChannelCredentials(), options);
+  ASSERT_TRUE(channel.ok());
+  auto stub = FaultService::NewStub(*channel);
+  FaultRequest req;
+  req.set_op_id("stats-slow-first");
+  req.set_slow_first_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+  const StatsSnapshot snap = options.stats->Snapshot();
+  const MethodStatsSnapshot* m =
+      snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->hedges, 1u);
+  EXPECT_EQ(m->hedges_won, 1u);
+  EXPECT_EQ(m->copies_cancelled, 1u);
+  EXPECT_DOUBLE_EQ(m->hedge_delay_seconds, 0.05);
+  const std::string text = ToPrometheusText(snap);
+  EXPECT_TRUE(absl::StrContains(
+      text,
+      "rpcguard_hedges_won_total{method=\"/rpcguard.testing.v1.FaultService/"
+      "Get\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
+}
+
+}  // namespace
+}  // namespace rpcguard

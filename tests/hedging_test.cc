@@ -261,7 +261,7 @@ TEST_F(HedgeControllerTest, RefusedHedgesAreNotRetried) {
   HedgeController::Step s = c.OnTimer(/*allowed=*/false);
   EXPECT_FALSE(s.send);
   EXPECT_EQ(s.next_timer, absl::InfiniteFuture());
-  EXPECT_TRUE(c.stopped());
+  EXPECT_TRUE(c.hedges_stopped());
   s = c.OnCopyEnd(1, StatusCode::OK, kNone, false, true);
   EXPECT_TRUE(s.done);
   EXPECT_EQ(c.started(), 1);
@@ -276,10 +276,31 @@ TEST_F(HedgeControllerTest, ARefusedCopyStopsTheCopies) {
   HedgeController::Step s =
       c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
   ASSERT_TRUE(s.send);
-  s = c.OnRefused();
+  s = c.OnRefused(/*hedge=*/false);
   EXPECT_TRUE(s.done);
   EXPECT_EQ(c.started(), 1);
   EXPECT_TRUE(c.stopped());
+}
+
+// A refused hedge (the timer's copy) stops hedges only: the first copy's
+// non-fatal failure still sends its replacement.
+TEST_F(HedgeControllerTest, ARefusedHedgeStillLetsAFailureBeReplaced) {
+  const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+  HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+  c.Start();
+  clock_.Advance(absl::Milliseconds(30));
+  ASSERT_TRUE(c.OnTimer(true).send);
+  HedgeController::Step s = c.OnRefused(/*hedge=*/true);
+  EXPECT_FALSE(s.done);
+  EXPECT_TRUE(c.hedges_stopped());
+  EXPECT_FALSE(c.stopped());
+  clock_.Advance(absl::Milliseconds(30));
+  EXPECT_FALSE(c.OnTimer(true).send);  // no more hedges
+  s = c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
+  EXPECT_TRUE(s.send);  // the replacement of a failed copy
+  EXPECT_EQ(s.next_timer, absl::InfiniteFuture());
+  s = c.OnCopyEnd(2, StatusCode::OK, kNone, false, true);
+  EXPECT_TRUE(s.done);
 }
 
 TEST_F(HedgeControllerTest, NoCopyAfterTheDeadline) {

@@ -236,6 +236,18 @@ rpcguard_attempts_per_call_bucket{method="/pkg.Svc/M",le="2"} 9
 rpcguard_attempts_per_call_bucket{method="/pkg.Svc/M",le="+Inf"} 12
 rpcguard_attempts_per_call_sum{method="/pkg.Svc/M"} 20
 rpcguard_attempts_per_call_count{method="/pkg.Svc/M"} 12
+# HELP rpcguard_hedges_total Hedged copies sent after the first.
+# TYPE rpcguard_hedges_total counter
+rpcguard_hedges_total{method="/pkg.Svc/M"} 0
+# HELP rpcguard_hedges_won_total Hedged calls decided by a copy after the first.
+# TYPE rpcguard_hedges_won_total counter
+rpcguard_hedges_won_total{method="/pkg.Svc/M"} 0
+# HELP rpcguard_copies_cancelled_total Hedged copies cancelled because another decided the call.
+# TYPE rpcguard_copies_cancelled_total counter
+rpcguard_copies_cancelled_total{method="/pkg.Svc/M"} 0
+# HELP rpcguard_hedge_delay_seconds The hedge delay the method's last hedged call used.
+# TYPE rpcguard_hedge_delay_seconds gauge
+rpcguard_hedge_delay_seconds{method="/pkg.Svc/M"} 0
 # HELP rpcguard_breaker_transitions_total Circuit breaker state changes, by the state entered.
 # TYPE rpcguard_breaker_transitions_total counter
 rpcguard_breaker_transitions_total{breaker="q\"uote\\back\nline",to="open"} 2

@@ -143,6 +143,7 @@ HedgeController::Step HedgeController::OnTimer(bool allowed) {
     }
     return step;
   }
+  if (hedges_stopped_ && in_flight_ > 0) return step;
   if (now < next_timer_) {
     // Early (a pushback moved it): ask again when it is due.
     step.next_timer = next_timer_;
@@ -151,7 +152,7 @@ HedgeController::Step HedgeController::OnTimer(bool allowed) {
   if (!allowed) {
     // Hedges never wait for budget, nor for a breaker to close: the copies
     // in flight carry on alone.
-    stopped_ = true;
+    hedges_stopped_ = true;
     next_timer_ = absl::InfiniteFuture();
     if (in_flight_ == 0) {  // waiting on a pushback delay, with nothing out
       decided_ = true;
@@ -162,7 +163,8 @@ HedgeController::Step HedgeController::OnTimer(bool allowed) {
   step.send = true;
   ++started_;
   ++in_flight_;
-  next_timer_ = CanStartMore(now) ? now + delay_ : absl::InfiniteFuture();
+  next_timer_ = CanStartMore(now) && !hedges_stopped_ ? now + delay_
+                                                      : absl::InfiniteFuture();
   step.next_timer = next_timer_;
   return step;
 }
@@ -209,7 +211,9 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
       step.send = true;
       ++started_;
       ++in_flight_;
-      next_timer_ = CanStartMore(now) ? now + delay_ : absl::InfiniteFuture();
+      next_timer_ = CanStartMore(now) && !hedges_stopped_
+                        ? now + delay_
+                        : absl::InfiniteFuture();
     } else {
       stopped_ = true;
       next_timer_ = absl::InfiniteFuture();
@@ -224,11 +228,15 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
   return step;
 }
 
-HedgeController::Step HedgeController::OnRefused() {
+HedgeController::Step HedgeController::OnRefused(bool hedge) {
   Step step;
   if (started_ > 0) --started_;
   if (in_flight_ > 0) --in_flight_;
-  stopped_ = true;
+  if (hedge) {
+    hedges_stopped_ = true;
+  } else {
+    stopped_ = true;
+  }
   next_timer_ = absl::InfiniteFuture();
   if (!decided_ && in_flight_ == 0) {
     decided_ = true;

@@ -153,15 +153,23 @@ class HedgeController {
                  bool caller_cancelled, bool allowed);
 
   // The copy the last Step asked for could not be sent: the destination
-  // refused it (breaker open, hedge budget spent). No more copies; the call
+  // refused it. A hedge the timer asked for (`hedge`: breaker open, hedge
+  // budget spent) stops further hedges, while a copy that replaces a failed
+  // one may still go (the first attempt still runs, and its failure is
+  // handled as A6 says). A refused replacement stops every copy. The call
   // ends with its last failure when nothing else is in flight.
-  Step OnRefused();
+  Step OnRefused(bool hedge);
+
+  // The delay between copies this call uses.
+  absl::Duration delay() const { return delay_; }
 
   // Copies started so far; copies in flight.
   int started() const { return started_; }
   int in_flight() const { return in_flight_; }
-  // Whether a non-fatal failure or a pushback stopped further copies.
+  // Whether a pushback or a refusal stopped further copies, or further
+  // hedges (copies the timer sends).
   bool stopped() const { return stopped_; }
+  bool hedges_stopped() const { return hedges_stopped_; }
 
  private:
   bool CanStartMore(absl::Time now) const;
@@ -174,6 +182,7 @@ class HedgeController {
   int in_flight_ = 0;
   bool decided_ = false;
   bool stopped_ = false;
+  bool hedges_stopped_ = false;
   absl::Time next_timer_ = absl::InfiniteFuture();
 };
 

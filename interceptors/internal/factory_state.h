@@ -140,6 +140,9 @@ class FactoryState {
     }
   }
 
+  // The Stats every call of this factory counts into. Never null.
+  Stats* stats() const { return stats_.get(); }
+
   // Adds the method's breaker key and current state to `event`.
   static void FillBreaker(const MethodState& method, TraceEvent& event);
 

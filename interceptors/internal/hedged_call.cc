@@ -13,10 +13,11 @@
 // needs the breaker's admission and a budget's grant, and is refused, never
 // delayed, without them: a copy sent while others run is extra load, paid
 // by the hedge budget (maxExtraLoad); one that replaces a failed copy is a
-// retry in all but name, paid by the retry budget (refunded if it works). A copy cancelled because another
-// decided the call tells the breaker nothing; a copy that failed while the
-// call went on is left to the call's final result, as a retried failure is.
-// Only a winning copy's latency feeds the adaptive delay.
+// retry in all but name, paid by the retry budget (refunded if it works). A
+// copy cancelled because another decided the call tells the breaker nothing; a
+// copy that failed while the call went on is left to the call's final result,
+// as a retried failure is. Only a winning copy's latency feeds the adaptive
+// delay.
 
 #include <algorithm>
 #include <utility>
@@ -268,7 +269,7 @@ void HijackedCall::SendAskedCopy(std::optional<RetryCharge> replaces) {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
     hedge_stop_ = refused;
-    step = hedge_->OnRefused();
+    step = hedge_->OnRefused(/*hedge=*/!replaces.has_value());
     last = last_status_;
     last_copy = last_attempt_;
   }
@@ -323,9 +324,13 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   Ending ending;
   std::vector<std::shared_ptr<grpc::ClientContext>> losers;
   std::vector<grpc::Alarm*> alarms;
+  int copies = 0;
+  absl::Duration delay;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
+    copies = controller_.attempts();
+    delay = hedge_.has_value() ? hedge_->delay() : absl::ZeroDuration();
     for (const auto& other : copies_) {
       other->loser = true;
       if (other->context != nullptr) losers.push_back(other->context);
@@ -341,6 +346,9 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   // Outside mu_: a cancelled copy may end on this thread.
   for (const auto& context : losers) context->TryCancel();
   for (grpc::Alarm* alarm : alarms) alarm->Cancel();
+  factory_->stats()->RecordHedgedCall(
+      method_.stats, copies, status.ok() && copy != nullptr && copy->number > 1,
+      static_cast<int>(losers.size()), delay);
   Conclude(ending);
 }
 

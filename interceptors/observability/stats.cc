@@ -207,6 +207,14 @@ size_t Stats::method_keys() const {
   return methods_.size();
 }
 
+void Stats::RecordHedgedCall(MethodHandle* h, int copies, bool later_copy_won,
+                             int cancelled, absl::Duration delay) {
+  if (copies > 1) h->hedges.fetch_add(copies - 1, kRelaxed);
+  if (later_copy_won) h->hedges_won.fetch_add(1, kRelaxed);
+  if (cancelled > 0) h->copies_cancelled.fetch_add(cancelled, kRelaxed);
+  h->hedge_delay_ns.store(absl::ToInt64Nanoseconds(delay), kRelaxed);
+}
+
 StatsSnapshot Stats::Snapshot() const {
   std::vector<double> delay_bounds;
   for (double ms : kRetryDelayBucketsMs) delay_bounds.push_back(ms / 1000);
@@ -228,6 +236,11 @@ StatsSnapshot Stats::Snapshot() const {
     m.attempts_per_call =
         MakeHistogram(h->attempts_buckets, attempts_bounds,
                       static_cast<double>(h->attempts_sum.load(kRelaxed)));
+    m.hedges = h->hedges.load(kRelaxed);
+    m.hedges_won = h->hedges_won.load(kRelaxed);
+    m.copies_cancelled = h->copies_cancelled.load(kRelaxed);
+    m.hedge_delay_seconds =
+        static_cast<double>(h->hedge_delay_ns.load(kRelaxed)) / 1e9;
     snap.methods.push_back(std::move(m));
   }
   for (const auto& [key, b] : breakers_) {
@@ -307,6 +320,20 @@ std::string ToPrometheusText(const StatsSnapshot& snapshot) {
             &MethodStatsSnapshot::retry_delay);
   histogram("rpcguard_attempts_per_call", "Attempts sent per call.",
             &MethodStatsSnapshot::attempts_per_call);
+  counter("rpcguard_hedges_total", "Hedged copies sent after the first.",
+          &MethodStatsSnapshot::hedges);
+  counter("rpcguard_hedges_won_total",
+          "Hedged calls decided by a copy after the first.",
+          &MethodStatsSnapshot::hedges_won);
+  counter("rpcguard_copies_cancelled_total",
+          "Hedged copies cancelled because another decided the call.",
+          &MethodStatsSnapshot::copies_cancelled);
+  Family(&out, "rpcguard_hedge_delay_seconds", "gauge",
+         "The hedge delay the method's last hedged call used.");
+  for (size_t i = 0; i < snapshot.methods.size(); ++i) {
+    absl::StrAppend(&out, "rpcguard_hedge_delay_seconds{", labels[i], "} ",
+                    snapshot.methods[i].hedge_delay_seconds, "\n");
+  }
 
   Family(&out, "rpcguard_breaker_transitions_total", "counter",
          "Circuit breaker state changes, by the state entered.");

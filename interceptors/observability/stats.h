@@ -88,6 +88,14 @@ struct MethodStatsSnapshot {
   // Seconds.
   HistogramSnapshot retry_delay;
   HistogramSnapshot attempts_per_call;
+  // Hedged calls: copies sent after the first, calls a later copy won,
+  // copies cancelled because another decided the call, and the delay the
+  // last hedged call used (seconds; the adaptive estimate when there is
+  // one).
+  uint64_t hedges = 0;
+  uint64_t hedges_won = 0;
+  uint64_t copies_cancelled = 0;
+  double hedge_delay_seconds = 0;
 };
 
 // One circuit breaker's transitions.
@@ -149,6 +157,12 @@ class Stats {
   // breaker transition, which is counted per breaker key only).
   void Record(const TraceEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Counts a hedged call that ended: `copies` sent in all, whether a copy
+  // after the first won, how many were cancelled because another decided
+  // the call, and the hedge delay it used. Lock-free.
+  void RecordHedgedCall(MethodHandle* handle, int copies, bool later_copy_won,
+                        int cancelled, absl::Duration delay);
+
   // Copies every counter.
   StatsSnapshot Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -201,6 +215,10 @@ class Stats::MethodHandle {
   // Index 0 holds 0 and 1 attempts, 9 holds 10, 10 holds more.
   std::array<std::atomic<uint64_t>, kAttemptsBuckets + 1> attempts_buckets{};
   std::atomic<uint64_t> attempts_sum{0};
+  std::atomic<uint64_t> hedges{0};
+  std::atomic<uint64_t> hedges_won{0};
+  std::atomic<uint64_t> copies_cancelled{0};
+  std::atomic<int64_t> hedge_delay_ns{0};
 };
 
 // Writes `snapshot` in Prometheus' text exposition format (version 0.0.4),
@@ -213,6 +231,10 @@ class Stats::MethodHandle {
 //   rpcguard_fail_fasts_total{method,reason}         counter
 //   rpcguard_retry_delay_seconds{method}             histogram
 //   rpcguard_attempts_per_call{method}               histogram
+//   rpcguard_hedges_total{method}                    counter
+//   rpcguard_hedges_won_total{method}                counter
+//   rpcguard_copies_cancelled_total{method}          counter
+//   rpcguard_hedge_delay_seconds{method}             gauge
 //   rpcguard_breaker_transitions_total{breaker,to}   counter
 //
 // Label sets with a zero count are left out for the by-reason and
