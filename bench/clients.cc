@@ -3,13 +3,20 @@
 #include "bench/clients.h"
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/client_callback.h>
 #include <grpcpp/support/client_interceptor.h>
+#include <grpcpp/version_info.h>
+
+// proto_utils.h left impl/codegen/ in gRPC 1.52.
+#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR < 52
+#include <grpcpp/impl/codegen/proto_utils.h>
+#else
+#include <grpcpp/impl/proto_utils.h>
+#endif
 
 #include <atomic>
 #include <cstdio>

@@ -15,6 +15,7 @@
 //                          GiveUpHook
 //   observability/stats.h  Stats, snapshots, Prometheus text
 //   clock.h, random.h      the injectable time and randomness
+//   version.h              RPCGUARD_VERSION_* and Version()
 // The decision internals (retry controller, backoff, classifier, call plan,
 // retry gate) and everything under internal/ are not part of the API.
 
@@ -28,5 +29,6 @@
 #include "rpcguard/observability/stats.h"   // IWYU pragma: export
 #include "rpcguard/observability/trace.h"   // IWYU pragma: export
 #include "rpcguard/random.h"                // IWYU pragma: export
+#include "rpcguard/version.h"               // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

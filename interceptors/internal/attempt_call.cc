@@ -5,15 +5,10 @@
 #include <grpcpp/impl/call_op_set.h>
 #include <grpcpp/support/callback_common.h>
 #include <grpcpp/support/client_callback.h>
-#include <grpcpp/version_info.h>
 
 #include <utility>
 
-#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51
-#define RPCGUARD_ATTEMPT_CALL_1_51 1
-#else
-#define RPCGUARD_ATTEMPT_CALL_1_51 0
-#endif
+#include "rpcguard/internal/grpc_version.h"
 
 namespace rpcguard {
 namespace internal {
@@ -23,7 +18,7 @@ namespace internal {
 struct SerializedRequest;
 struct SerializedResponse;
 
-#if RPCGUARD_ATTEMPT_CALL_1_51
+#if RPCGUARD_GRPC_1_51
 namespace {
 
 // gRPC's receive-message operation for a ByteBuffer, except that
@@ -47,7 +42,7 @@ class OpaqueRecvMessage
 }  // namespace internal
 }  // namespace rpcguard
 
-#if RPCGUARD_ATTEMPT_CALL_1_51
+#if RPCGUARD_GRPC_1_51
 namespace grpc {
 namespace internal {
 
@@ -109,7 +104,7 @@ class CallbackUnaryCallImpl<rpcguard::internal::SerializedRequest,
 namespace rpcguard {
 namespace internal {
 
-bool AttemptsHideMessages() { return RPCGUARD_ATTEMPT_CALL_1_51 != 0; }
+bool AttemptsHideMessages() { return RPCGUARD_GRPC_1_51 != 0; }
 
 void StartAttemptCall(grpc::ChannelInterface* channel,
                       const grpc::internal::RpcMethod& method,
@@ -117,7 +112,7 @@ void StartAttemptCall(grpc::ChannelInterface* channel,
                       const grpc::ByteBuffer* request,
                       grpc::ByteBuffer* response,
                       std::function<void(grpc::Status)> done) {
-#if RPCGUARD_ATTEMPT_CALL_1_51
+#if RPCGUARD_GRPC_1_51
   grpc::internal::CallbackUnaryCallImpl<SerializedRequest, SerializedResponse>(
       channel, method, context, request, response, std::move(done));
 #else

@@ -2,7 +2,7 @@
 
 #include "rpcguard/internal/final_outcome.h"
 
-#include <grpcpp/impl/codegen/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
 #include "rpcguard/channel.h"

@@ -3,19 +3,14 @@
 #include "rpcguard/internal/grpc_1_51_context.h"
 
 #include <grpcpp/channel.h>
-#include <grpcpp/version_info.h>
 
 #include <memory>
 #include <string>
 
+#include "rpcguard/internal/grpc_version.h"
+
 namespace rpcguard {
 namespace internal {
-
-#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51
-#define RPCGUARD_GRPC_1_51 1
-#else
-#define RPCGUARD_GRPC_1_51 0
-#endif
 
 bool ContextAccessKnowsThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
 

@@ -4,20 +4,15 @@
 
 #include <dlfcn.h>
 #include <grpc/grpc.h>
-#include <grpcpp/version_info.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 
+#include "rpcguard/internal/grpc_version.h"
+
 namespace rpcguard {
 namespace internal {
-
-#if GRPC_CPP_VERSION_MAJOR == 1 && GRPC_CPP_VERSION_MINOR == 51
-#define RPCGUARD_GRPC_1_51 1
-#else
-#define RPCGUARD_GRPC_1_51 0
-#endif
 
 bool ProbesKnowThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
 
