@@ -268,6 +268,10 @@ absl::string_view ClientName(ClientKind kind) {
       return "grpc-retry-throttled";
     case ClientKind::kRpcguard:
       return "rpcguard";
+    case ClientKind::kRpcguardHedged:
+      return "rpcguard-hedged";
+    case ClientKind::kRpcguardHedgedAdaptive:
+      return "rpcguard-hedged-adaptive";
   }
   return "?";
 }
@@ -276,13 +280,16 @@ absl::StatusOr<ClientKind> ParseClientName(absl::string_view name) {
   for (ClientKind kind : kAllClients) {
     if (ClientName(kind) == name) return kind;
   }
-  if (ClientName(ClientKind::kGrpcRetryThrottled) == name) {
-    return ClientKind::kGrpcRetryThrottled;
+  for (ClientKind kind :
+       {ClientKind::kGrpcRetryThrottled, ClientKind::kRpcguardHedged,
+        ClientKind::kRpcguardHedgedAdaptive}) {
+    if (ClientName(kind) == name) return kind;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown client \"", name,
                    "\" (want plain, pass-through, hijack-floor, grpc-retry, "
-                   "grpc-retry-throttled or rpcguard)"));
+                   "grpc-retry-throttled, rpcguard, rpcguard-hedged or "
+                   "rpcguard-hedged-adaptive)"));
 }
 
 std::string ServiceConfigJson(const RetrySettings& retry) {
@@ -295,6 +302,29 @@ std::string ServiceConfigJson(const RetrySettings& retry) {
       retry.backoff_multiplier, R"(, "retryableStatusCodes": ["UNAVAILABLE")",
       retry.retry_resource_exhausted ? R"(, "RESOURCE_EXHAUSTED")" : "",
       R"(]}}])");
+  if (retry.budget) {
+    absl::StrAppend(&json, R"(, "retryThrottling": {"maxTokens": )",
+                    retry.max_tokens, R"(, "tokenRatio": )", retry.token_ratio,
+                    "}");
+  }
+  json += "}";
+  return json;
+}
+
+std::string HedgedConfigJson(const RetrySettings& retry, bool adaptive) {
+  std::string json = absl::StrCat(
+      R"({"methodConfig": [{"name": [{"service": ")", kService,
+      R"(", "method": ")", kMethod, R"("}], "hedgingPolicy": {"maxAttempts": )",
+      retry.hedge_max_attempts, R"(, "hedgingDelay": ")",
+      Seconds(retry.hedging_delay),
+      R"(", "nonFatalStatusCodes": ["UNAVAILABLE")",
+      retry.retry_resource_exhausted ? R"(, "RESOURCE_EXHAUSTED")" : "", "]}");
+  if (adaptive) {
+    absl::StrAppend(&json, R"(, "rpcguard": {"hedgingDelayPercentile": )",
+                    retry.hedging_percentile,
+                    R"(, "hedgingDelayFloor": "0.001s"})");
+  }
+  json += "}]";
   if (retry.budget) {
     absl::StrAppend(&json, R"(, "retryThrottling": {"maxTokens": )",
                     retry.max_tokens, R"(, "tokenRatio": )", retry.token_ratio,
@@ -351,7 +381,7 @@ int64_t RpcguardState::breaker_openings() const {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     const std::string& target, const RetrySettings& retry,
-    std::shared_ptr<RpcguardState> state) {
+    std::shared_ptr<RpcguardState> state, ClientKind kind) {
   // The same JSON the built-in client gets (retryThrottling included, which
   // rpcguard honours as A6 says), plus rpcguard's own defaults: a circuit
   // breaker and a retry budget per target. Every benchmark builds its
@@ -361,7 +391,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
   // same retry parameters. (With its default budget, 20% of calls plus 10
   // retries/s, rpcguard gives up about one call in ten at 30% failures,
   // rather than add 45% more load: README, "Benchmarks".)
-  std::string json = ServiceConfigJson(retry);
+  std::string json =
+      kind == ClientKind::kRpcguard
+          ? ServiceConfigJson(retry)
+          : HedgedConfigJson(retry,
+                             kind == ClientKind::kRpcguardHedgedAdaptive);
   if (!retry.budget && !retry.rpcguard_budget) {
     json.pop_back();  // the closing brace
     json += R"(, "rpcguard": {"retryBudget": {"enabled": false}}})";
@@ -423,7 +457,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
           target, grpc::InsecureChannelCredentials(), args);
     }
     case ClientKind::kRpcguard:
-      return MakeRpcguardChannel(target, retry, std::move(state));
+    case ClientKind::kRpcguardHedged:
+    case ClientKind::kRpcguardHedgedAdaptive:
+      return MakeRpcguardChannel(target, retry, std::move(state), kind);
   }
   return absl::InvalidArgumentError("unknown client kind");
 }
@@ -458,7 +494,8 @@ ServerControl::ServerControl(const std::string& target)
                                     BaseArgs()))) {}
 
 absl::Status ServerControl::SetMode(int fail_percent, int delay_ms,
-                                    int capacity_per_second) {
+                                    int capacity_per_second, int late_percent,
+                                    int late_ms) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // A server that was just restarted may not be connected yet.
@@ -467,6 +504,8 @@ absl::Status ServerControl::SetMode(int fail_percent, int delay_ms,
   req.set_fail_percent(fail_percent);
   req.set_delay_ms(delay_ms);
   req.set_capacity_per_second(capacity_per_second);
+  req.set_late_percent(late_percent);
+  req.set_late_ms(late_ms);
   rpcguard::testing::v1::ControlReply reply;
   const grpc::Status s = stub_->Control(&ctx, req, &reply);
   if (!s.ok()) {

@@ -19,6 +19,10 @@
 //                 without it;
 //   kRpcguard     rpcguard::CreateChannel with the same JSON as its Config,
 //                 default trace verbosity, traces written to /dev/null.
+//   kRpcguardHedged  rpcguard with a hedgingPolicy instead of the
+//                 retryPolicy (issue 14): a fixed hedging delay;
+//   kRpcguardHedgedAdaptive  the same, the delay a percentile of recent
+//                 attempt latency (the fixed delay until enough samples).
 //
 // Every channel has its own subchannel pool, so no two clients share a
 // connection.
@@ -49,7 +53,9 @@ enum class ClientKind {
   kHijackFloor,
   kGrpcRetry,
   kGrpcRetryThrottled,
-  kRpcguard
+  kRpcguard,
+  kRpcguardHedged,
+  kRpcguardHedgedAdaptive
 };
 
 // The clients of the main comparison. Without kGrpcRetryThrottled: there,
@@ -64,8 +70,15 @@ inline constexpr ClientKind kEvidenceClients[] = {
     ClientKind::kPlain, ClientKind::kGrpcRetry, ClientKind::kGrpcRetryThrottled,
     ClientKind::kRpcguard};
 
+// The clients of issue 14's latency-tail scenarios: the two that do not
+// retry behave alike there, so only plain stands for them.
+inline constexpr ClientKind kTailClients[] = {
+    ClientKind::kPlain, ClientKind::kGrpcRetry, ClientKind::kRpcguard,
+    ClientKind::kRpcguardHedged, ClientKind::kRpcguardHedgedAdaptive};
+
 // "plain", "pass-through", "hijack-floor", "grpc-retry",
-// "grpc-retry-throttled", "rpcguard".
+// "grpc-retry-throttled", "rpcguard", "rpcguard-hedged",
+// "rpcguard-hedged-adaptive".
 absl::string_view ClientName(ClientKind kind);
 // Parses the names above.
 absl::StatusOr<ClientKind> ParseClientName(absl::string_view name);
@@ -92,6 +105,13 @@ struct RetrySettings {
   // rpcguard keeps its own retry budget (its defaults) even without
   // retryThrottling: issue 13's scenarios measure rpcguard as shipped.
   bool rpcguard_budget = false;
+  // Hedged rpcguard clients: copies in all (A6's maxAttempts), the fixed
+  // hedgingDelay, and the adaptive client's percentile (the fixed delay
+  // holds until hedgingMinSamples successes; floor 1 ms). The extra-load
+  // cap is rpcguard's default (5% of first attempts plus 1 a second).
+  int hedge_max_attempts = 2;
+  absl::Duration hedging_delay = absl::Milliseconds(10);
+  double hedging_percentile = 0.95;
 };
 
 // The service config both retrying clients get, e.g.
@@ -100,6 +120,15 @@ struct RetrySettings {
 //                      "retryPolicy": {"maxAttempts": 4, ...}}],
 //    "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1}}
 std::string ServiceConfigJson(const RetrySettings& retry);
+
+// The hedged rpcguard clients' config: the method's hedgingPolicy (no
+// retryPolicy: A6 allows one or the other), nonFatalStatusCodes the retry
+// codes above, and with `adaptive` rpcguard's adaptive delay, e.g.
+//   {"methodConfig": [{"name": [...], "hedgingPolicy": {"maxAttempts": 2,
+//     "hedgingDelay": "0.010s", "nonFatalStatusCodes": ["UNAVAILABLE"]},
+//     "rpcguard": {"hedgingDelayPercentile": 0.95,
+//                  "hedgingDelayFloor": "0.001s"}}], ...}
+std::string HedgedConfigJson(const RetrySettings& retry, bool adaptive);
 
 // What the rpcguard channels of one measurement share, and what they saw:
 // a breaker registry of their own (a fresh process's breakers and budgets,
@@ -135,11 +164,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
     ClientKind kind, const std::string& target, const RetrySettings& retry,
     std::shared_ptr<RpcguardState> state = nullptr);
 
-// The rpcguard client of the comparison; the one place where its Options are
-// set.
+// The rpcguard clients of the comparison (`kind` one of kRpcguard,
+// kRpcguardHedged, kRpcguardHedgedAdaptive); the one place where their
+// Options are set.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     const std::string& target, const RetrySettings& retry,
-    std::shared_ptr<RpcguardState> state = nullptr);
+    std::shared_ptr<RpcguardState> state = nullptr,
+    ClientKind kind = ClientKind::kRpcguard);
 
 // Returns a channel that has made one callback-API call; while it lives,
 // gRPC keeps its callback-API thread pool running. Why the benchmarks hold
@@ -163,10 +194,12 @@ class ServerControl {
 
   // Fails `fail_percent` of all attempts with UNAVAILABLE, answers every
   // attempt `delay_ms` late and, when `capacity_per_second` is positive,
-  // sheds attempts beyond it with RESOURCE_EXHAUSTED, server-wide, until
-  // the next call.
+  // sheds attempts beyond it with RESOURCE_EXHAUSTED, and answers
+  // `late_percent` of attempts (drawn at random) `late_ms` later still,
+  // server-wide, until the next call.
   absl::Status SetMode(int fail_percent, int delay_ms,
-                       int capacity_per_second = 0);
+                       int capacity_per_second = 0, int late_percent = 0,
+                       int late_ms = 0);
 
   // Attempts the server has received in all.
   absl::StatusOr<int64_t> TotalAttempts();

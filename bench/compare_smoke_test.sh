@@ -34,6 +34,17 @@ grep -q '"figure": "burst", "client": "rpcguard"' "$out/burst.json" ||
   fail "no rpcguard burst figure"
 grep -q "^burst: rpcguard's breaker " "$out/burst.md" || fail "no burst target"
 
+# Issue 14's tail scenario, every client of its table, a few calls.
+"$compare" --only=tail --calls=40 --rounds=1 --warmup=5 \
+  --json="$out/tail.json" >"$out/tail.md" 2>"$out/tail.err" ||
+  fail "--only=tail exited $? ($(cat "$out/tail.err"))"
+rows=$(grep -c '^| tail: ' "$out/tail.md" || true)
+[ "$rows" = 5 ] || fail "expected 5 tail rows, got $rows"
+grep -q '"tail": "tail", "client": "rpcguard-hedged-adaptive"' \
+  "$out/tail.json" || fail "no rpcguard-hedged-adaptive tail cell"
+grep -q '^tail: rpcguard-hedged .* attempts/call (target <= 1.10: ' \
+  "$out/tail.md" || fail "no tail target"
+
 "$compare" --headline --calls=50 --rounds=2 --warmup=5 \
   --json="$out/headline.json" >"$out/headline.md" 2>"$out/headline.err" ||
   fail "--headline exited $? ($(cat "$out/headline.err"))"
@@ -53,7 +64,7 @@ done
 grep -q '^client RSS growth: ' "$out/soak.md" || fail "no soak result"
 
 # The server process is gone after every run.
-for f in compare burst headline soak; do
+for f in compare burst tail headline soak; do
   pid=$(sed -n 's/^compare: fault server pid \([0-9]*\) .*/\1/p' "$out/$f.err")
   [ -n "$pid" ] || fail "$f: no server pid"
   if kill -0 "$pid" 2>/dev/null; then fail "$f: server $pid still running"; fi

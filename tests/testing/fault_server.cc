@@ -106,11 +106,14 @@ class FaultServer::Impl final
   }
 
   void SetMode(int fail_percent, int delay_ms, bool hang,
-               int apply_then_fail_percent, int capacity_per_second) {
+               int apply_then_fail_percent, int capacity_per_second,
+               int late_percent, int late_ms) {
     std::vector<grpc::ServerUnaryReactor*> release;
     {
       absl::MutexLock lock(&mu_);
       capacity_per_second_ = capacity_per_second;
+      mode_late_percent_ = late_percent;
+      mode_late_ms_ = late_ms;
       mode_fail_percent_ = fail_percent;
       mode_delay_ms_ = delay_ms;
       mode_hang_ = hang;
@@ -173,6 +176,12 @@ class FaultServer::Impl final
         return reactor;
       }
       mode_delay_ms = mode_delay_ms_;
+      // Drawn per attempt, not per operation: a hedge of a late attempt is
+      // as likely to be late as any attempt, as on a real server.
+      if (mode_late_percent_ > 0 &&
+          absl::Uniform(gen_, 0, 100) < mode_late_percent_) {
+        mode_delay_ms += mode_late_ms_;
+      }
       if (capacity_per_second_ > 0) {
         // Capacity per 100 ms slice: a shed attempt is answered at once.
         const int64_t slice = absl::ToUnixMillis(absl::Now()) / 100;
@@ -282,6 +291,8 @@ class FaultServer::Impl final
   bool mode_hang_ ABSL_GUARDED_BY(mu_) = false;
   int mode_apply_then_fail_percent_ ABSL_GUARDED_BY(mu_) = 0;
   int capacity_per_second_ ABSL_GUARDED_BY(mu_) = 0;
+  int mode_late_percent_ ABSL_GUARDED_BY(mu_) = 0;
+  int mode_late_ms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slice_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slice_attempts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t shed_attempts_ ABSL_GUARDED_BY(mu_) = 0;
@@ -299,7 +310,8 @@ class FaultServer::ControlService final
       const rpcguard::testing::v1::ControlRequest* req,
       rpcguard::testing::v1::ControlReply* reply) override {
     impl_->SetMode(req->fail_percent(), req->delay_ms(), req->hang(),
-                   req->apply_then_fail_percent(), req->capacity_per_second());
+                   req->apply_then_fail_percent(), req->capacity_per_second(),
+                   req->late_percent(), req->late_ms());
     reply->set_total_attempts(impl_->total_attempts());
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -335,10 +347,10 @@ FaultServer::FaultServer(int port, const std::string& host)
 }
 
 void FaultServer::SetMode(int fail_percent, int delay_ms, bool hang,
-                          int apply_then_fail_percent,
-                          int capacity_per_second) {
+                          int apply_then_fail_percent, int capacity_per_second,
+                          int late_percent, int late_ms) {
   impl_->SetMode(fail_percent, delay_ms, hang, apply_then_fail_percent,
-                 capacity_per_second);
+                 capacity_per_second, late_percent, late_ms);
 }
 
 int64_t FaultServer::shed_attempts() const { return impl_->shed_attempts(); }
@@ -347,7 +359,8 @@ FaultServer::~FaultServer() { Shutdown(); }
 
 void FaultServer::Shutdown() {
   if (server_) {
-    SetMode(0, 0, false, 0, 0);  // answer hung calls so shutdown can finish
+    SetMode(0, 0, false, 0, 0, 0,
+            0);  // answer hung calls so shutdown can finish
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_->Wait();

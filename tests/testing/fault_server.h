@@ -60,9 +60,11 @@ class FaultServer {
   // Attempts received in all, by every method.
   int64_t total_attempts() const;
 
-  // Server-wide faults (see ControlRequest in fault.proto).
+  // Server-wide faults (see ControlRequest in fault.proto). `late_percent`
+  // of attempts, drawn at random, answer `late_ms` later still.
   void SetMode(int fail_percent, int delay_ms, bool hang,
-               int apply_then_fail_percent, int capacity_per_second = 0);
+               int apply_then_fail_percent, int capacity_per_second = 0,
+               int late_percent = 0, int late_ms = 0);
 
   // Attempts rejected for capacity so far (capacity_per_second).
   int64_t shed_attempts() const;
