@@ -139,13 +139,17 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
   bool decided_before = false;
   {
     internal::MutexLock lock(&mu_);
+    // Held to the end of this function: while this copy was in copies_,
+    // in_flight_ kept the call alive, but once it is out another copy's
+    // ending (or the application's call completing) may drop the rest.
+    self = in_flight_;
     auto it = std::find_if(copies_.begin(), copies_.end(),
                            [raw](const auto& c) { return c.get() == raw; });
     if (it != copies_.end()) {
       copy = std::move(*it);
       copies_.erase(it);
     }
-    if (copies_.empty()) self = std::move(in_flight_);
+    if (copies_.empty()) in_flight_.reset();
     AttemptEnd end;
     end.code = status.error_code();
     end.caller_cancelled = cancelled_;
