@@ -3,6 +3,14 @@
 // Reading a JSON config into entries: the service config's methodConfig and
 // retryThrottling, the rpcguard extension of a methodConfig entry, and the
 // top-level "rpcguard" object (the destination). config.cc resolves them.
+//
+// One file over 600 lines, on purpose for now: it is one recursive-descent
+// reader of one JSON document, in document order (top level, methodConfig,
+// retryPolicy and hedgingPolicy, the rpcguard objects, the destination),
+// and every Read* shares the reader's error state and the exact-path
+// messages. A newcomer finds a field by its JSON name. If it grows further,
+// the split is the destination part (ReadDestination, ReadBreaker,
+// ReadBudget, ReadRetryThrottling) into a file of its own.
 
 #include "config_reader.h"  // private to :config
 

@@ -93,6 +93,9 @@ std::string Target(int i) {
 // for ever. Holding them here does the same, to show the figure the issue
 // measured (2.9 KiB a destination) and that it would fail the target.
 TEST(ManyDestinationsTest, KeepingEveryDestinationWouldExceedTheTarget) {
+  // Under ASan/TSan the allocator is the sanitizer's and mallinfo2 does not
+  // see it: this figure is measured in the plain build (CI runs it there);
+  // the sanitizer builds still run the eviction test below by entry counts.
   if (RPCGUARD_SANITIZED) GTEST_SKIP() << "heap figures need glibc malloc";
   auto registry = *BreakerRegistry::Create({});
   constexpr int kSample = 10000;
