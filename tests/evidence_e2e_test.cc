@@ -33,6 +33,7 @@
 #include "rpcguard/rpcguard.h"
 #include "tests/chaos/server_process.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/sanitizers.h"
 
 namespace rpcguard {
 namespace {
@@ -49,17 +50,7 @@ using ::rpcguard::testing::v1::FaultService;
 using ::rpcguard::testing::v1::StatsReply;
 using ::rpcguard::testing::v1::StatsRequest;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = RPCGUARD_SANITIZED;
 
 std::chrono::system_clock::time_point In(absl::Duration d) {
   return absl::ToChronoTime(absl::Now() + d);

@@ -28,19 +28,10 @@
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/sanitizers.h"
 
 // Heap figures mean nothing under a sanitizer (its allocator keeps freed
 // memory in quarantine and is not glibc's), and everything runs slower.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define RPCGUARD_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RPCGUARD_SANITIZED 1
-#endif
-#endif
-#ifndef RPCGUARD_SANITIZED
-#define RPCGUARD_SANITIZED 0
-#endif
 
 namespace rpcguard {
 namespace {
