@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "rpcguard/internal/json.h"
 
@@ -196,6 +197,8 @@ class EventBuilder {
       e.kind = TraceEvent::Kind::kFailFast;
     } else if (kind->value == "breaker") {
       e.kind = TraceEvent::Kind::kBreakerTransition;
+    } else if (kind->value == "hedge") {
+      e.kind = TraceEvent::Kind::kHedge;
     } else {
       return Bad("event", kind->value);
     }
@@ -218,9 +221,12 @@ class EventBuilder {
       st.Update(CallId(/*required=*/true, &e.call_id));
       st.Update(String("method", true, &e.method));
       st.Update(Attempt(&e.attempt));
-      st.Update(Code(&e.code));
-      // A fail-fast has no class: nothing was sent to be answered.
-      st.Update(Class(e.kind == TraceEvent::Kind::kFailFast, &e.status_class));
+      // A copy just sent (hedge) has no code yet; a fail-fast, and a copy
+      // just sent, no class: nothing was answered.
+      const bool hedge = e.kind == TraceEvent::Kind::kHedge;
+      st.Update(Code(/*may_be_empty=*/hedge, &e.code));
+      st.Update(Class(e.kind == TraceEvent::Kind::kFailFast || hedge,
+                      &e.status_class));
       st.Update(Decision(&e.decision));
       st.Update(Reason(&e.reason));
       st.Update(Millis("backoff_ms", &e.backoff));
@@ -228,6 +234,8 @@ class EventBuilder {
       st.Update(String("breaker", true, &e.breaker_state));
       st.Update(String("breaker_key", true, &e.breaker_key));
       st.Update(String("key", true, &e.idempotency_key));
+      st.Update(Copy(&e.copy));
+      st.Update(Cancelled(&e.cancelled));
     }
     st.Update(String("message", false, &e.message));
     if (!st.ok()) return st;
@@ -279,9 +287,10 @@ class EventBuilder {
     return absl::OkStatus();
   }
 
-  absl::Status Code(grpc::StatusCode* out) {
+  absl::Status Code(bool may_be_empty, grpc::StatusCode* out) {
     absl::StatusOr<const Field*> f = Get("code", true);
     if (!f.ok()) return f.status();
+    if (may_be_empty && (*f)->absent) return absl::OkStatus();
     absl::StatusOr<grpc::StatusCode> code = ParseStatusCode((*f)->value);
     if (!code.ok()) return Bad("code", (*f)->value);
     *out = *code;
@@ -333,6 +342,32 @@ class EventBuilder {
       }
     }
     return Bad("reason", (*f)->value);
+  }
+
+  // A hedged call's terminal `copy` (optional, 1 or more).
+  absl::Status Copy(int* out) {
+    const Field* f = Find(fields_, "copy");
+    if (f == nullptr || f->absent) return absl::OkStatus();
+    if (!absl::SimpleAtoi(f->value, out) || *out < 1) {
+      return Bad("copy", f->value);
+    }
+    return absl::OkStatus();
+  }
+
+  // `cancelled`: copy numbers, comma-separated (optional).
+  absl::Status Cancelled(std::vector<int>* out) {
+    const Field* f = Find(fields_, "cancelled");
+    if (f == nullptr || f->absent) return absl::OkStatus();
+    for (absl::string_view part : absl::StrSplit(f->value, ',')) {
+      int n;
+      // Bounded: a copy number is small, and a line may be hostile.
+      if (!absl::SimpleAtoi(part, &n) || n < 1 || out->size() >= 64) {
+        out->clear();
+        return Bad("cancelled", f->value);
+      }
+      out->push_back(n);
+    }
+    return absl::OkStatus();
   }
 
   // Milliseconds ("12.3", "inf"; null is infinite) into a Duration, rounded
@@ -542,6 +577,13 @@ void TraceReader::AddEvent(const TraceEvent& e) {
     c.reason = e.reason;
     return;
   }
+  if (e.kind == TraceEvent::Kind::kHedge) {
+    // A copy sent: counted when it ends (an attempt line) or by the call's
+    // terminal line (which counts every copy).
+    ++m.hedges;
+    c.max_attempt = std::max(c.max_attempt, e.attempt);
+    return;
+  }
   ++m.attempts;
   c.max_attempt = std::max(c.max_attempt, e.attempt);
   switch (e.decision) {
@@ -614,6 +656,9 @@ std::string TraceReader::Summary() const {
                absl::StrAppend(o, kv.first, kv.first == 10 ? "+" : "", ":",
                                kv.second);
              }))});
+    if (m.hedges > 0) {
+      rows.push_back({"hedges", absl::StrCat(m.hedges, " copies sent")});
+    }
     rows.push_back({"gave up", or_dash(Counts(m.give_ups))});
     rows.push_back({"failed fast", or_dash(Counts(m.fail_fasts))});
     rows.push_back({"total backoff", absl::StrCat(Ms(m.total_backoff), " ms")});
@@ -676,6 +721,93 @@ std::string TraceReader::Summary() const {
   return out;
 }
 
+namespace {
+
+// A hedged call's copies side by side, on one time axis:
+//
+//   copies (| = 3.1 ms)
+//     copy 1  ##########################--  0.0-82.3 ms   cancelled
+//     copy 2  ..........#####               30.1-45.2 ms  OK (won)
+//
+// Copy N>1 starts at its hedge line; copy 1 at the first hedge line's time
+// less its "after copy 1". A copy ends at its own attempt line, or at the
+// call's terminal line (the copy that decided it, and those it cancelled).
+// Empty when the call sent no hedge.
+std::string CopiesChart(const std::vector<TraceEvent>& events) {
+  struct Copy {
+    absl::Time start = absl::InfiniteFuture();
+    absl::Time end = absl::InfiniteFuture();
+    std::string how = "running at the end of the log";
+  };
+  std::map<int, Copy> copies;
+  absl::Time first = absl::InfiniteFuture();
+  for (const TraceEvent& e : events) {
+    if (e.kind != TraceEvent::Kind::kHedge || e.attempt < 2) continue;
+    copies[e.attempt].start = e.time;
+    if (first == absl::InfiniteFuture()) first = e.time - e.backoff;
+  }
+  if (copies.empty() || first == absl::InfiniteFuture()) return "";
+  copies[1].start = first;
+  for (const TraceEvent& e : events) {
+    if (e.kind != TraceEvent::Kind::kAttempt) continue;
+    const bool terminal = e.decision == TraceDecision::kDone ||
+                          e.decision == TraceDecision::kGiveUp;
+    if (!terminal) {
+      auto it = copies.find(e.attempt);
+      if (it == copies.end()) continue;
+      it->second.end = e.time;
+      it->second.how = std::string(StatusCodeName(e.code));
+      continue;
+    }
+    if (auto it = copies.find(e.copy); it != copies.end()) {
+      it->second.end = e.time;
+      it->second.how = absl::StrCat(
+          StatusCodeName(e.code),
+          e.code == grpc::StatusCode::OK ? " (won)" : " (ended it)");
+    }
+    for (int n : e.cancelled) {
+      if (auto it = copies.find(n); it != copies.end()) {
+        it->second.end = e.time;
+        it->second.how = "cancelled";
+      }
+    }
+  }
+  absl::Time last = first;
+  for (const auto& [n, c] : copies) {
+    if (c.start != absl::InfiniteFuture()) last = std::max(last, c.start);
+    if (c.end != absl::InfiniteFuture()) last = std::max(last, c.end);
+  }
+  constexpr int kWidth = 40;
+  const absl::Duration span =
+      std::max(last - first, absl::Microseconds(kWidth));
+  const absl::Duration cell = span / kWidth;
+  const auto column = [&](absl::Time t) {
+    return std::clamp(static_cast<int>((t - first) / cell), 0, kWidth);
+  };
+  std::string out = absl::StrCat("  copies (one mark = ", Ms(cell), " ms)\n");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [n, c] : copies) {
+    if (c.start == absl::InfiniteFuture()) continue;  // its line is missing
+    const int from = column(c.start);
+    const int to = c.end == absl::InfiniteFuture() ? kWidth : column(c.end);
+    std::string bar(static_cast<size_t>(kWidth), ' ');
+    for (int i = 0; i < from; ++i) bar[i] = '.';
+    for (int i = from; i < std::max(to, from + 1) && i < kWidth; ++i) {
+      bar[i] = '#';
+    }
+    rows.push_back(
+        {absl::StrCat("copy ", n), bar,
+         absl::StrCat(Ms(c.start - first), "-",
+                      c.end == absl::InfiniteFuture() ? "?" : Ms(c.end - first),
+                      " ms"),
+         c.how});
+  }
+  absl::StrAppend(&out, Table(rows, "    "));
+  return out;
+}
+
+}  // namespace
+
 std::string TraceReader::Timeline() const {
   if (!options_.call_id) return "no call asked for\n";
   const std::string id = FormatCallId(*options_.call_id);
@@ -720,9 +852,28 @@ std::string TraceReader::Timeline() const {
            absl::CHexEscape(e.message)});
       continue;
     }
+    if (e.kind == TraceEvent::Kind::kHedge) {
+      rows.push_back({at, absl::StrCat("hedge: copy ", e.attempt, " sent"), "",
+                      "", "", "", Ms(e.deadline_left),
+                      e.breaker_state.empty() ? "-" : e.breaker_state,
+                      absl::StrCat(Ms(e.backoff), " ms after copy 1")});
+      continue;
+    }
     std::string decision(TraceDecisionName(e.decision));
     if (e.reason != GiveUpReason::kNone) {
       absl::StrAppend(&decision, ":", GiveUpReasonName(e.reason));
+    }
+    std::string message = absl::CHexEscape(e.message);
+    if (e.copy > 0 || !e.cancelled.empty()) {
+      // A hedged call's end: which copy decided it, which it cancelled.
+      std::string copies =
+          absl::StrCat("copy ", e.copy,
+                       e.code == grpc::StatusCode::OK ? " won" : " ended it");
+      if (!e.cancelled.empty()) {
+        absl::StrAppend(&copies, ", cancelled ",
+                        absl::StrJoin(e.cancelled, ","));
+      }
+      message = message.empty() ? copies : absl::StrCat(copies, "; ", message);
     }
     const bool fail_fast = e.kind == TraceEvent::Kind::kFailFast;
     rows.push_back(
@@ -733,7 +884,7 @@ std::string TraceReader::Timeline() const {
          absl::AsciiStrToLower(StatusClassName(e.status_class)), decision,
          e.decision == TraceDecision::kRetry ? Ms(e.backoff) : "",
          Ms(e.deadline_left), e.breaker_state.empty() ? "-" : e.breaker_state,
-         absl::CHexEscape(e.message)});
+         message});
     if (e.decision == TraceDecision::kRetry) backoff += e.backoff;
     const int sent = fail_fast ? std::max(e.attempt - 1, 0) : e.attempt;
     if (e.decision == TraceDecision::kDone) {
@@ -748,6 +899,7 @@ std::string TraceReader::Timeline() const {
   absl::StrAppend(&out, "  result: ", result, "; ", Ms(backoff),
                   " ms of backoff; ", Ms(events.back().time - events[0].time),
                   " ms from first to last event\n");
+  absl::StrAppend(&out, CopiesChart(events));
   return out;
 }
 

@@ -67,6 +67,7 @@ struct MethodSummary {
   int64_t incomplete = 0;
   int64_t attempts = 0;  // attempt events
   int64_t retries = 0;   // attempt events that decided to retry
+  int64_t hedges = 0;    // hedge events: copies sent while others ran
   // Calls that made more than one attempt.
   int64_t retried_calls = 0;
   // Finished calls by attempts sent: key 10 holds 10 and more.

@@ -6,8 +6,8 @@
 //
 //   HedgingPolicy     what a method's config says (A6's three fields, plus
 //                     the adaptive delay and the extra-load cap)
-//   LatencyEstimator  recent successful attempt latency of one method, and
-//                     its percentile: the adaptive delay (Finagle's
+//   LatencyEstimator  recent first-copy latency of one method, and its
+//                     percentile: the adaptive delay (Finagle's
 //                     BackupRequestFilter idea)
 //   HedgeController   one call's copies: when the next goes, which ending
 //                     wins, what is cancelled
@@ -78,7 +78,7 @@ struct HedgingPolicy {
   bool operator==(const HedgingPolicy& o) const;
 };
 
-// The recent successful attempt latencies of one method, for the adaptive
+// The recent first-copy latencies of one method, for the adaptive
 // delay. Keeps the last kSamples; the percentile is recomputed every
 // kRecomputeEvery samples, so asking for it costs one lock and a read.
 // Thread-safe.
@@ -89,9 +89,18 @@ class LatencyEstimator {
 
   explicit LatencyEstimator(double percentile) : percentile_(percentile) {}
 
-  // A copy that succeeded took `latency`. Cancelled or failed copies are
-  // not recorded: they would bias the estimate.
+  // A call's first copy succeeded in `latency`.
   void Record(absl::Duration latency);
+
+  // A call's first copy was cancelled after running `ran` because another
+  // copy won: its latency was at least that. A censored sample, kept at its
+  // lower bound: every such copy ran past the delay that was in force, so a
+  // percentile below that delay is estimated exactly, and one above it is
+  // pulled up towards it rather than down. Leaving these copies out (only
+  // winners) would keep the slow ones out of the estimate altogether and
+  // drag the delay to the fast copies' percentile under a tail. Failed
+  // copies are not recorded at all.
+  void RecordAtLeast(absl::Duration ran) { Record(ran); }
 
   // The percentile of the recent samples, or nullopt before `min_samples`
   // were recorded.

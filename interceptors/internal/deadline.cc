@@ -46,6 +46,13 @@ gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock, gpr_timespec caller,
   return gpr_time_cmp(converted, caller) <= 0 ? converted : caller;
 }
 
+absl::Time WallTimeOf(gpr_timespec ts) {
+  if (gpr_time_cmp(ts, gpr_inf_future(ts.clock_type)) == 0) {
+    return absl::InfiniteFuture();
+  }
+  return WallTime(ts);
+}
+
 absl::Time CallerDeadline(const grpc::ClientContext& context, Clock* clock,
                           Clock* grpc_clock) {
   const gpr_timespec raw = context.raw_deadline();

@@ -37,6 +37,10 @@ std::chrono::system_clock::time_point ToSystemTime(
 gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock, gpr_timespec caller,
                                Clock* grpc_clock = Clock::Real());
 
+// `ts` as a time on the wall clock gRPC's timers run on
+// (absl::InfiniteFuture() for gRPC's infinite future).
+absl::Time WallTimeOf(gpr_timespec ts);
+
 // The deadline of `context` on `clock` (absl::InfiniteFuture() for none).
 absl::Time CallerDeadline(const grpc::ClientContext& context, Clock* clock,
                           Clock* grpc_clock = Clock::Real());

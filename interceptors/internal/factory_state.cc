@@ -131,7 +131,8 @@ FactoryState::FactoryState(Options options)
       registry_(options.breaker_registry != nullptr
                     ? std::move(options.breaker_registry)
                     : BreakerRegistry::Default()),
-      destination_(options.destination) {}
+      destination_(options.destination),
+      hedge_timers_(TimerQueue::Create()) {}
 
 FactoryState::~FactoryState() {
   registry_->RemoveTransitionListener(listener_id_);

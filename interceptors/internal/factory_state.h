@@ -27,6 +27,7 @@
 #include "rpcguard/decision/retry_gate.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/internal/method_cache.h"
+#include "rpcguard/internal/timer_queue.h"
 
 namespace rpcguard {
 namespace internal {
@@ -140,6 +141,9 @@ class FactoryState {
     }
   }
 
+  // The hedge timers of this factory's calls, on one alarm. Never null.
+  TimerQueue* hedge_timers() const { return hedge_timers_.get(); }
+
   // The Stats every call of this factory counts into. Never null.
   Stats* stats() const { return stats_.get(); }
 
@@ -172,6 +176,7 @@ class FactoryState {
   std::string destination_;  // set before any call, then read-only
   BreakerRegistry::ListenerId listener_id_ = 0;
   MethodCache<MethodState> methods_;
+  const std::shared_ptr<TimerQueue> hedge_timers_;
 };
 
 }  // namespace internal

@@ -16,8 +16,8 @@
 // retry in all but name, paid by the retry budget (refunded if it works). A
 // copy cancelled because another decided the call tells the breaker nothing; a
 // copy that failed while the call went on is left to the call's final result,
-// as a retried failure is. Only a winning copy's latency feeds the adaptive
-// delay.
+// as a retried failure is. Only the first copy's latency feeds the adaptive
+// delay (see OnCopyDone).
 
 #include <algorithm>
 #include <utility>
@@ -66,7 +66,7 @@ void HijackedCall::StartHedged() {
   if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
 }
 
-void HijackedCall::SendCopy(int number, std::optional<Admission> admission,
+bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                             std::optional<RetryCharge> charge) {
   auto copy = std::make_shared<Attempt>();
   copy->context = std::make_shared<grpc::ClientContext>();
@@ -80,6 +80,7 @@ void HijackedCall::SendCopy(int number, std::optional<Admission> admission,
     if (phase_ != Phase::kDone && !cancelled_) {
       copy->deadline = controller_.StartAttempt();
       copy->sent = factory_->clock()->Now();
+      if (number == 1) first_copy_sent_ = copy->sent;
       copies_.push_back(copy);
       phase_ = Phase::kAttempting;
       // Held while any copy runs: each copy's callback has a raw pointer.
@@ -97,7 +98,7 @@ void HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                   never_sent, /*server_said_stop=*/false);
     RecordAttemptEnd(method_.gates(), copy->admission, StatusClass::kFatal,
                      never_sent, /*retrying=*/false);
-    return;
+    return false;
   }
   const std::shared_ptr<grpc::ClientContext> context = copy->context;
   PrepareContext(*context, *copy, number);
@@ -118,6 +119,26 @@ void HijackedCall::SendCopy(int number, std::optional<Admission> admission,
     if (cancel_now) copy->loser = !cancelled_;
   }
   if (cancel_now) context->TryCancel();
+  return true;
+}
+
+void HijackedCall::TraceHedgeSent(int number) {
+  TraceEvent event;
+  event.kind = TraceEvent::Kind::kHedge;
+  event.time = factory_->clock()->Now();
+  event.call_id = call_id_;
+  event.attempt = number;
+  event.decision = TraceDecision::kHedge;
+  {
+    internal::MutexLock lock(&mu_);
+    event.backoff = event.time - first_copy_sent_;
+    event.deadline_left = controller_.Remaining();
+  }
+  factory_->Emit(method_, event, [&](TraceEvent& e) {
+    e.method = method_.name;
+    e.idempotency_key = setup_.idempotency_key;
+    FactoryState::FillBreaker(method_, e);
+  });
 }
 
 void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
@@ -177,11 +198,20 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
                 pushback.kind == Pushback::Kind::kStop);
   RecordAttemptEnd(method_.gates(), copy->admission, status_class, outcome,
                    /*retrying=*/!decided_before && !step.done);
+  // The adaptive delay learns from each call's first copy only (a later
+  // copy's latency, counted from its own start, says nothing of when to
+  // hedge): its latency when it won, or, when another copy won and this one
+  // was cancelled, how long it had run (a lower bound, RecordAtLeast).
+  if (copy->number == 1 && method_.latency != nullptr) {
+    const absl::Duration ran = factory_->clock()->Now() - copy->sent;
+    if (decided_before && copy->loser) {
+      method_.latency->RecordAtLeast(ran);
+    } else if (!decided_before && step.done && status.ok()) {
+      method_.latency->Record(ran);
+    }
+  }
   if (decided_before) return;
   if (step.done) {
-    if (status.ok() && method_.latency != nullptr) {
-      method_.latency->Record(factory_->clock()->Now() - copy->sent);
-    }
     GiveUpReason reason = GiveUpReason::kNone;
     if (!status.ok()) {
       internal::MutexLock lock(&mu_);
@@ -263,7 +293,9 @@ void HijackedCall::SendAskedCopy(std::optional<RetryCharge> replaces) {
   if (refused == GiveUpReason::kNone) {
     std::optional<RetryCharge> retry_charge;
     if (replaces.has_value() && budget != nullptr) retry_charge = charge;
-    SendCopy(number, std::move(admission), retry_charge);
+    if (SendCopy(number, std::move(admission), retry_charge)) {
+      TraceHedgeSent(number);
+    }
     return;
   }
   HedgeController::Step step;
@@ -307,19 +339,26 @@ void HijackedCall::OnHedgeTimer() {
 }
 
 void HijackedCall::ArmHedgeTimer(absl::Time when) {
-  grpc::Alarm* alarm;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
-    hedge_alarms_.push_back(std::make_unique<grpc::Alarm>());
-    alarm = hedge_alarms_.back().get();
   }
   std::weak_ptr<HijackedCall> weak = weak_from_this();
-  alarm->Set(NoLaterThanCaller(when, factory_->clock(), setup_.raw_deadline),
-             [weak](bool fired) {
-               if (!fired) return;
-               if (auto self = weak.lock()) self->OnHedgeTimer();
-             });
+  TimerQueue* timers = factory_->hedge_timers();
+  const TimerQueue::Handle handle =
+      timers->Schedule(WallTimeOf(NoLaterThanCaller(when, factory_->clock(),
+                                                    setup_.raw_deadline)),
+                       [weak] {
+                         if (auto self = weak.lock()) self->OnHedgeTimer();
+                       });
+  bool done;
+  {
+    internal::MutexLock lock(&mu_);
+    done = phase_ == Phase::kDone;
+    if (!done) hedge_timers_.push_back(handle);
+  }
+  // Decided meanwhile: EndHedged did not see this timer.
+  if (done) timers->Cancel(handle);
 }
 
 void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
@@ -327,7 +366,7 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
                              StatusClass status_class) {
   Ending ending;
   std::vector<std::shared_ptr<grpc::ClientContext>> losers;
-  std::vector<grpc::Alarm*> alarms;
+  std::vector<TimerQueue::Handle> timers;
   int copies = 0;
   absl::Duration delay;
   {
@@ -335,11 +374,18 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
     if (phase_ == Phase::kDone) return;
     copies = controller_.attempts();
     delay = hedge_.has_value() ? hedge_->delay() : absl::ZeroDuration();
+    // The terminal line names the copy that decided the call and those it
+    // cancels (FinishLocked leaves these two fields alone).
+    final_.terminal.copy = copy != nullptr ? copy->number : 0;
+    final_.terminal.cancelled.clear();
     for (const auto& other : copies_) {
       other->loser = true;
       if (other->context != nullptr) losers.push_back(other->context);
+      final_.terminal.cancelled.push_back(other->number);
     }
-    for (const auto& alarm : hedge_alarms_) alarms.push_back(alarm.get());
+    std::sort(final_.terminal.cancelled.begin(),
+              final_.terminal.cancelled.end());
+    timers.swap(hedge_timers_);
     const bool by_cancel = cancelled_ && !status.ok();
     ending = FinishLocked(
         by_cancel ? cancel_status_ : status,
@@ -349,7 +395,7 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   }
   // Outside mu_: a cancelled copy may end on this thread.
   for (const auto& context : losers) context->TryCancel();
-  for (grpc::Alarm* alarm : alarms) alarm->Cancel();
+  for (const auto& timer : timers) factory_->hedge_timers()->Cancel(timer);
   factory_->stats()->RecordHedgedCall(
       method_.stats, copies, status.ok() && copy != nullptr && copy->number > 1,
       static_cast<int>(losers.size()), delay);
@@ -358,14 +404,14 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
 
 void HijackedCall::CancelHedged() {
   std::vector<std::shared_ptr<grpc::ClientContext>> copies;
-  std::vector<grpc::Alarm*> alarms;
+  std::vector<TimerQueue::Handle> timers;
   Ending ending;
   bool end_now = false;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
     for (const auto& copy : copies_) copies.push_back(copy->context);
-    for (const auto& alarm : hedge_alarms_) alarms.push_back(alarm.get());
+    timers.swap(hedge_timers_);
     // Nothing in flight (waiting out a server's pushback): end it now;
     // otherwise the copies' CANCELLED endings do.
     if (copies_.empty()) {
@@ -374,7 +420,7 @@ void HijackedCall::CancelHedged() {
     }
   }
   for (const auto& context : copies) context->TryCancel();
-  for (grpc::Alarm* alarm : alarms) alarm->Cancel();
+  for (const auto& timer : timers) factory_->hedge_timers()->Cancel(timer);
   if (end_now) Conclude(ending);
 }
 

@@ -81,6 +81,7 @@
 #include "rpcguard/internal/grpc_1_51_context.h"
 #include "rpcguard/internal/mutex.h"
 #include "rpcguard/internal/parent_watch.h"
+#include "rpcguard/internal/timer_queue.h"
 
 namespace rpcguard {
 namespace internal {
@@ -264,10 +265,13 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // Hedging (hedged_call.cc): the first copy and the hedge timer; one more
   // copy, numbered `number`, admitted by the breaker (`admission`) and
   // granted by the retry budget as `charge` (none: no grant to settle); a
-  // copy's end; the hedge timer; arming it for `when`.
+  // copy's end; the hedge timer; arming it for `when`. SendCopy returns
+  // whether the copy went out (not when the call was decided meanwhile).
   void StartHedged() ABSL_LOCKS_EXCLUDED(mu_);
-  void SendCopy(int number, std::optional<Admission> admission,
+  bool SendCopy(int number, std::optional<Admission> admission,
                 std::optional<RetryCharge> charge) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes the `event=hedge` line of copy `number`, just sent.
+  void TraceHedgeSent(int number) ABSL_LOCKS_EXCLUDED(mu_);
   void OnCopyDone(Attempt* copy, grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   void OnHedgeTimer() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmHedgeTimer(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
@@ -337,7 +341,9 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   bool hedging_ = false;
   std::optional<HedgeController> hedge_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Attempt>> copies_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<grpc::Alarm>> hedge_alarms_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_copy_sent_ ABSL_GUARDED_BY(mu_);
+  // This call's hedge timers on the factory's TimerQueue, to cancel.
+  std::vector<TimerQueue::Handle> hedge_timers_ ABSL_GUARDED_BY(mu_);
   // Why no more copies go, if that ends the call (pushback, refusal).
   GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
   Batches parked_ ABSL_GUARDED_BY(mu_);

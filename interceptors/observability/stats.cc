@@ -146,10 +146,15 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
       Add(h->attempts_sum, static_cast<uint64_t>(sent));
       return;
     }
+    case TraceEvent::Kind::kHedge:
+      // Counted by RecordHedgedCall, when the call ends.
+      return;
     case TraceEvent::Kind::kAttempt:
       break;
   }
   Add(h->attempts);
+  // A hedged call's copy failed and the call goes on: not its end.
+  if (event.decision == TraceDecision::kHedge) return;
   if (event.decision == TraceDecision::kRetry) {
     Add(h->retries);
     const absl::Duration delay = std::max(event.backoff, absl::ZeroDuration());

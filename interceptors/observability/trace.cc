@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace rpcguard {
 namespace {
@@ -36,6 +37,8 @@ absl::string_view Level(const TraceEvent& e) {
       return "warn";
     case TraceEvent::Kind::kBreakerTransition:
       return e.to_state == "open" ? "warn" : "info";
+    case TraceEvent::Kind::kHedge:
+      return "info";
   }
   return "info";
 }
@@ -233,9 +236,11 @@ std::string Format(const TraceEvent& e, bool json) {
     w.String("call", FormatCallId(e.call_id));
     w.String("method", e.method);
     w.Number("attempt", absl::StrCat(e.attempt));
-    w.String("code", StatusCodeName(e.code));
+    // A copy just sent has no status yet.
+    const bool hedge = e.kind == TraceEvent::Kind::kHedge;
+    w.String("code", hedge ? absl::string_view() : StatusCodeName(e.code));
     // A call refused before an attempt was sent has no answer to classify.
-    w.String("class", e.kind == TraceEvent::Kind::kFailFast
+    w.String("class", e.kind == TraceEvent::Kind::kFailFast || hedge
                           ? absl::string_view()
                           : ClassText(e.status_class));
     w.String("decision", TraceDecisionName(e.decision));
@@ -247,6 +252,10 @@ std::string Format(const TraceEvent& e, bool json) {
     w.String("breaker", e.breaker_state);
     w.String("breaker_key", e.breaker_key);
     w.String("key", e.idempotency_key);
+    if (e.copy > 0) w.Number("copy", absl::StrCat(e.copy));
+    if (!e.cancelled.empty()) {
+      w.String("cancelled", absl::StrJoin(e.cancelled, ","));
+    }
   }
   if (!e.message.empty()) w.String("message", e.message);
   return std::move(w).Finish();
@@ -276,6 +285,8 @@ absl::string_view TraceEventKindName(TraceEvent::Kind kind) {
       return "fail_fast";
     case TraceEvent::Kind::kBreakerTransition:
       return "breaker";
+    case TraceEvent::Kind::kHedge:
+      return "hedge";
   }
   return "attempt";
 }
@@ -287,11 +298,14 @@ bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event) {
     case TraceVerbosity::kAll:
       return true;
     case TraceVerbosity::kGiveUps:
-      return event.kind != TraceEvent::Kind::kAttempt ||
-             event.decision == TraceDecision::kGiveUp;
+      return event.kind == TraceEvent::Kind::kFailFast ||
+             event.kind == TraceEvent::Kind::kBreakerTransition ||
+             (event.kind == TraceEvent::Kind::kAttempt &&
+              event.decision == TraceDecision::kGiveUp);
     case TraceVerbosity::kRetries:
       return event.kind != TraceEvent::Kind::kAttempt ||
-             event.decision != TraceDecision::kDone || event.attempt >= 2;
+             event.decision != TraceDecision::kDone || event.attempt >= 2 ||
+             !event.cancelled.empty();
   }
   return false;
 }

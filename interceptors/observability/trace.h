@@ -11,6 +11,8 @@
 //                      to send (breaker open, retry budget exhausted, the
 //                      deadline passed or the caller cancelled during a
 //                      backoff, an invalid request);
+//   kHedge             a hedged call sent one more copy while others run
+//                      (or right after one failed);
 //   kBreakerTransition a circuit breaker changed state.
 //
 // Every call ends with exactly one terminal event: a kAttempt whose decision
@@ -46,6 +48,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -74,7 +77,7 @@ absl::string_view TraceDecisionName(TraceDecision decision);
 // event may be kept after the sink returns; the interceptor can keep one per
 // call and update only the per-attempt fields.
 struct TraceEvent {
-  enum class Kind { kAttempt, kFailFast, kBreakerTransition };
+  enum class Kind { kAttempt, kFailFast, kBreakerTransition, kHedge };
 
   Kind kind = Kind::kAttempt;
   // When the event happened (from the interceptor's Clock).
@@ -86,11 +89,13 @@ struct TraceEvent {
   uint64_t call_id = 0;
   // The full method name, "/pkg.Service/Method".
   std::string method;
-  // kAttempt: the attempt that ended (1, 2, ...). kFailFast: the attempt that
-  // was not sent (1 when the call never went out), so attempts made is
-  // `attempt - 1`.
+  // kAttempt: the attempt that ended (1, 2, ...); a call's terminal event
+  // counts the attempts (copies) it sent. kFailFast: the attempt that was
+  // not sent (1 when the call never went out), so attempts made is
+  // `attempt - 1`. kHedge: the copy just sent.
   int attempt = 0;
   // kAttempt: the attempt's status. kFailFast: the status the caller gets.
+  // kHedge: none (written "-").
   grpc::StatusCode code = grpc::StatusCode::OK;
   // kAttempt: the class of the attempt's status. Not written for kFailFast
   // ("-" in logfmt, null in JSON): a call refused before an attempt was sent
@@ -100,7 +105,10 @@ struct TraceEvent {
   TraceDecision decision = TraceDecision::kDone;
   // For kGiveUp: why. kNone otherwise.
   GiveUpReason reason = GiveUpReason::kNone;
-  // For kRetry: the wait before the next attempt. Zero otherwise.
+  // For kRetry: the wait before the next attempt; for kHedge (a decision
+  // kHedge attempt line): the wait before the next copy (0: at once). For a
+  // kHedge event: how long after the call's first copy this one was sent.
+  // Zero otherwise.
   absl::Duration backoff = absl::ZeroDuration();
   // Time left before the call's deadline when the event happened; may be
   // negative, absl::InfiniteDuration() when the call has no deadline.
@@ -115,12 +123,19 @@ struct TraceEvent {
   // breaker). Strings, so that this file does not depend on the breaker's.
   std::string from_state;
   std::string to_state;
+  // A hedged call's terminal event: the copy whose answer the call returns
+  // (0 when none did, and for calls that do not hedge), and the copies still
+  // in flight that the call cancelled, in order. Written as `copy=2
+  // cancelled=1,3`, each left out when 0 or empty.
+  int copy = 0;
+  std::vector<int> cancelled;
   // The status message (kAttempt, kFailFast), or why the breaker changed
   // state (kBreakerTransition). May be empty; may hold any bytes.
   std::string message;
 };
 
-// Returns "attempt", "fail_fast" or "breaker" (the `event` field of a line).
+// Returns "attempt", "fail_fast", "breaker" or "hedge" (the `event` field of
+// a line).
 absl::string_view TraceEventKindName(TraceEvent::Kind kind);
 
 // How much to trace. Stats see every event whatever the verbosity.
@@ -144,23 +159,26 @@ enum class TraceVerbosity {
 //
 // At kRetries a kAttempt event is written when its decision is not kDone
 // (it retried or gave up), or when its attempt number is 2 or more (it is
-// part of a call that retried). Together these write every attempt of a call
-// that retried, including the "done" line of the attempt that succeeded, and
-// nothing for a call whose first attempt succeeded.
+// part of a call that retried or hedged), or when it cancelled copies.
+// Together these write every attempt of a call that retried, including the
+// "done" line of the attempt that succeeded, every copy a hedged call sent,
+// and nothing for a call whose first attempt succeeded alone.
 bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event);
 
 // Formats `event` as one logfmt line, with a trailing '\n'. Fields, in order:
 //
-//   kAttempt, kFailFast:
+//   kAttempt, kFailFast, kHedge:
 //     ts level msg event call method attempt code class decision reason
-//     backoff_ms deadline_left_ms breaker breaker_key key [message]
+//     backoff_ms deadline_left_ms breaker breaker_key key [copy]
+//     [cancelled] [message]
 //   kBreakerTransition:
 //     ts level msg event [call method] breaker_key from to [message]
 //
 // `ts` is RFC 3339 UTC with microseconds. `level` is "warn" for give-ups,
 // fail-fasts and transitions to "open", "info" otherwise. `msg` is always
 // "rpcguard". `call` is lowercase hex. `class` is lowercase ("retriable"),
-// empty for fail_fast events.
+// empty for fail_fast and hedge events, as is `code` for hedge events.
+// `cancelled` is a comma-separated list ("1,3"), a string in JSON.
 // Durations are milliseconds with up to 3 decimals ("12.3", "0", "-1.5");
 // deadline_left_ms is "inf" without a deadline. An empty string field is
 // written as "-"; the optional fields in brackets are left out when empty.
