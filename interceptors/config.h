@@ -34,7 +34,7 @@
 //     interceptor applies to retries.
 //   - Every methodConfig entry needs a non-empty "name"; a name may appear
 //     once in the whole config; a service or method containing '/' is an
-//     error. hedgingPolicy is an error (not supported);
+//     error. hedgingPolicy (decision/hedging.h) or retryPolicy, not both;
 //     maxRequestMessageBytes and maxResponseMessageBytes are ignored.
 //   - Durations are proto3 JSON Durations ("0.02s", at most 9 fractional
 //     digits) and must be greater than 0.

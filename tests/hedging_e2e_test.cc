@@ -4,7 +4,7 @@
 // and reactor stubs against the fault server: a slow first copy is beaten
 // by a hedge that carries the same key; a fatal answer ends the call at
 // once; the caller's cancel and deadline end every copy; who may be hedged;
-// the hedgingPolicy's JSON and Explain.
+// a policy declared in the .proto; the hedgingPolicy's JSON and Explain.
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
@@ -340,6 +341,61 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
       "Get\"} 1"))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
+}
+
+}  // namespace
+}  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// HedgedCharge (KEYED) is hedged by its own .proto option alone, with no
+// JSON config at all: a method's option counts as written for the method.
+// The hedge after 50 ms beats the slow first copy; both copies carry one
+// key, and the server applied the charge once. The sync and callback APIs
+// (the other two run the same hijacked call as sync).
+TEST(HedgingProtoE2ETest, AProtoDeclaredPolicyHedges) {
+  FaultServer server;
+  Options options;  // an empty Config: only the .proto speaks
+  options.breaker_registry = *BreakerRegistry::Create({});
+  auto channel = CreateChannel(server.address(),
+                               grpc::InsecureChannelCredentials(), options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = FaultService::NewStub(*channel);
+  for (const bool callback : {false, true}) {
+    SCOPED_TRACE(callback ? "callback" : "sync");
+    FaultRequest req;
+    req.set_op_id(callback ? "proto-hedged-callback" : "proto-hedged-sync");
+    req.set_slow_first_ms(2000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    const absl::Time start = absl::Now();
+    grpc::Status s;
+    if (callback) {
+      absl::Notification done;
+      stub->async()->HedgedCharge(&ctx, &req, &reply, [&](grpc::Status st) {
+        s = std::move(st);
+        done.Notify();
+      });
+      done.WaitForNotification();
+    } else {
+      s = stub->HedgedCharge(&ctx, req, &reply);
+    }
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_GE(took, absl::Milliseconds(45));
+    EXPECT_LT(took, absl::Seconds(1));
+    EXPECT_EQ(reply.attempts_seen(), 2);
+    EXPECT_EQ(reply.attempt_header(), "2");
+    const auto op = server.Op(req.op_id());
+    ASSERT_EQ(op.keys.size(), 2u);
+    EXPECT_FALSE(op.keys[0].empty());
+    EXPECT_EQ(op.keys[0], op.keys[1]);
+    EXPECT_EQ(op.side_effects, 1);
+    EXPECT_EQ(Trailer(ctx, "rpcguard-attempts"), "2");
+  }
 }
 
 }  // namespace

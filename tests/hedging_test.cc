@@ -50,7 +50,9 @@ TEST(HedgingPolicyTest, ValidationNamesTheField) {
       {[](HedgingPolicy& p) { p.adaptive_percentile = 1.0; },
        path + ".rpcguard.hedgingDelayPercentile: must be in (0, 1)"},
       {[](HedgingPolicy& p) { p.min_samples = 0; },
-       path + ".rpcguard.hedgingMinSamples: must be at least 1"},
+       path + ".rpcguard.hedgingMinSamples: must be in [1, 1000000]"},
+      {[](HedgingPolicy& p) { p.min_samples = 1000001; },
+       path + ".rpcguard.hedgingMinSamples: must be in [1, 1000000]"},
       {[](HedgingPolicy& p) { p.max_extra_load = 0; },
        path + ".rpcguard.maxExtraLoad: must be in (0, 1]"},
   };
@@ -62,6 +64,31 @@ TEST(HedgingPolicyTest, ValidationNamesTheField) {
     EXPECT_EQ(s.message(), c.message);
   }
   EXPECT_TRUE(Policy(3, absl::ZeroDuration()).Validate(path).ok());
+}
+
+// A .proto option's policy is held to the same rules, with the reasons
+// worded alike, but names its fields as the option does.
+TEST(HedgingPolicyTest, ValidateNamesProtoFields) {
+  const std::string path = "pkg.Svc.M: (rpcguard.v1.method)";
+  const HedgingPolicy::FieldNames proto = HedgingPolicy::FieldNames::kProto;
+  HedgingPolicy p = Policy(11, absl::Milliseconds(30));
+  EXPECT_EQ(p.Validate(path, proto).message(),
+            path + ".hedging.max_attempts: must be at most 10");
+  p = Policy(3, absl::Milliseconds(-1));
+  EXPECT_EQ(p.Validate(path, proto).message(),
+            path + ".hedging.hedging_delay: must be 0 or more, and finite");
+  p = Policy(3, absl::Milliseconds(30));
+  p.non_fatal_codes.Add(StatusCode::OK);
+  EXPECT_EQ(p.Validate(path, proto).message(),
+            path + ".hedging.non_fatal_status_codes: must not contain OK");
+  p = Policy(3, absl::Milliseconds(30));
+  p.adaptive_floor = absl::Milliseconds(-1);
+  EXPECT_EQ(p.Validate(path, proto).message(),
+            path + ".hedging.delay_floor: must be 0 or more, and finite");
+  p = Policy(3, absl::Milliseconds(30));
+  p.max_extra_load = 1.5;
+  EXPECT_EQ(p.Validate(path, proto).message(),
+            path + ".hedging.max_extra_load: must be in (0, 1]");
 }
 
 // --- The adaptive delay ---

@@ -12,42 +12,70 @@
 namespace rpcguard {
 namespace {
 
-absl::Status Bad(absl::string_view path, absl::string_view field,
-                 absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ".", field, ": ", why));
+// A HedgingPolicy field, to name it in either vocabulary.
+enum Field {
+  kMaxAttempts,
+  kDelay,
+  kNonFatalCodes,
+  kPercentile,
+  kFloor,
+  kMinSamples,
+  kMaxExtraLoad,
+};
+
+absl::string_view FieldName(Field f, HedgingPolicy::FieldNames names) {
+  // Indexed by Field.
+  static constexpr absl::string_view kJson[] = {
+      "hedgingPolicy.maxAttempts",
+      "hedgingPolicy.hedgingDelay",
+      "hedgingPolicy.nonFatalStatusCodes",
+      "rpcguard.hedgingDelayPercentile",
+      "rpcguard.hedgingDelayFloor",
+      "rpcguard.hedgingMinSamples",
+      "rpcguard.maxExtraLoad"};
+  static constexpr absl::string_view kProto[] = {
+      "hedging.max_attempts",
+      "hedging.hedging_delay",
+      "hedging.non_fatal_status_codes",
+      "hedging.delay_percentile",
+      "hedging.delay_floor",
+      "hedging.min_samples",
+      "hedging.max_extra_load"};
+  return names == HedgingPolicy::FieldNames::kJson ? kJson[f] : kProto[f];
 }
 
 }  // namespace
 
-absl::Status HedgingPolicy::Validate(absl::string_view path) const {
-  if (max_attempts < 2)
-    return Bad(path, "hedgingPolicy.maxAttempts", "must be at least 2");
+absl::Status HedgingPolicy::Validate(absl::string_view path,
+                                     FieldNames names) const {
+  auto bad = [&](Field field, absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".", FieldName(field, names), ": ", why));
+  };
+  if (max_attempts < 2) return bad(kMaxAttempts, "must be at least 2");
   if (max_attempts > kMaxAttemptsCap) {
-    return Bad(path, "hedgingPolicy.maxAttempts",
-               absl::StrCat("must be at most ", kMaxAttemptsCap));
+    return bad(kMaxAttempts, absl::StrCat("must be at most ", kMaxAttemptsCap));
   }
   if (delay < absl::ZeroDuration() || delay == absl::InfiniteDuration()) {
-    return Bad(path, "hedgingPolicy.hedgingDelay",
-               "must be 0 or more, and finite");
+    return bad(kDelay, "must be 0 or more, and finite");
   }
   if (non_fatal_codes.Contains(grpc::StatusCode::OK)) {
-    return Bad(path, "hedgingPolicy.nonFatalStatusCodes",
-               "must not contain OK");
+    return bad(kNonFatalCodes, "must not contain OK");
   }
   if (adaptive_percentile.has_value() &&
       !(*adaptive_percentile > 0 && *adaptive_percentile < 1)) {
-    return Bad(path, "rpcguard.hedgingDelayPercentile", "must be in (0, 1)");
+    return bad(kPercentile, "must be in (0, 1)");
   }
   if (adaptive_floor < absl::ZeroDuration() ||
       adaptive_floor == absl::InfiniteDuration()) {
-    return Bad(path, "rpcguard.hedgingDelayFloor",
-               "must be 0 or more, and finite");
+    return bad(kFloor, "must be 0 or more, and finite");
   }
-  if (min_samples < 1) {
-    return Bad(path, "rpcguard.hedgingMinSamples", "must be at least 1");
+  // The JSON reader's bound for counts: more is taken for a typo.
+  if (min_samples < 1 || min_samples > 1000000) {
+    return bad(kMinSamples, "must be in [1, 1000000]");
   }
   if (!(max_extra_load > 0 && max_extra_load <= 1)) {
-    return Bad(path, "rpcguard.maxExtraLoad", "must be in (0, 1]");
+    return bad(kMaxExtraLoad, "must be in (0, 1]");
   }
   return absl::OkStatus();
 }

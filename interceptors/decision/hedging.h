@@ -69,11 +69,18 @@ struct HedgingPolicy {
   // (1% to 5%), enough to cut a tail of a few percent.
   double max_extra_load = 0.05;
 
-  // OK, or InvalidArgument naming the first bad field by its JSON path under
-  // the method config at `path` (e.g. "methodConfig[0].hedgingPolicy.
-  // maxAttempts: must be at least 2", "methodConfig[0].rpcguard.
-  // maxExtraLoad: must be in (0, 1]").
-  absl::Status Validate(absl::string_view path) const;
+  // How Validate names a field: by its JSON path under a method config
+  // ("hedgingPolicy.maxAttempts", "rpcguard.maxExtraLoad"), or as a field of
+  // a .proto option ("hedging.max_attempts", "hedging.max_extra_load").
+  enum class FieldNames { kJson, kProto };
+
+  // OK, or InvalidArgument naming the first bad field under `path`, the
+  // method config or the option (e.g. "methodConfig[0].hedgingPolicy.
+  // maxAttempts: must be at least 2", "pkg.Svc.M: (rpcguard.v1.method).
+  // hedging.max_extra_load: must be in (0, 1]"). One set of rules and
+  // reasons for every source of policy.
+  absl::Status Validate(absl::string_view path,
+                        FieldNames names = FieldNames::kJson) const;
 
   bool operator==(const HedgingPolicy& o) const;
 };

@@ -19,6 +19,39 @@ absl::Duration FromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
+// Reads one option's hedging message into `out`: `where` names the option
+// in errors. Unset fields keep HedgingPolicy's defaults, but for
+// max_attempts: A6 requires it, and a bare `hedging: {}` would otherwise
+// send every call twice at once.
+absl::Status ConvertHedging(const ::rpcguard::v1::HedgingPolicy& in,
+                            const std::string& where, HedgingPolicy* out) {
+  if (in.max_attempts() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".hedging.max_attempts: is required"));
+  }
+  out->max_attempts = in.max_attempts();
+  if (in.has_hedging_delay()) out->delay = FromProto(in.hedging_delay());
+  for (int i = 0; i < in.non_fatal_status_codes_size(); ++i) {
+    absl::StatusOr<grpc::StatusCode> code =
+        ParseStatusCode(in.non_fatal_status_codes(i));
+    if (!code.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".hedging.non_fatal_status_codes[", i,
+                       "]: ", code.status().message()));
+    }
+    out->non_fatal_codes.Add(*code);  // OK: Validate says it is not allowed
+  }
+  // proto3 cannot tell 0 from unset: 0 takes the default, as for retry.
+  if (in.delay_percentile() != 0) {
+    out->adaptive_percentile = in.delay_percentile();
+  }
+  if (in.has_delay_floor()) out->adaptive_floor = FromProto(in.delay_floor());
+  if (in.min_samples() != 0) out->min_samples = in.min_samples();
+  if (in.max_extra_load() != 0) out->max_extra_load = in.max_extra_load();
+  // The JSON's rules and reasons, in the option's field names.
+  return out->Validate(where, HedgingPolicy::FieldNames::kProto);
+}
+
 // Converts one option value; `where` names it in errors.
 absl::Status Convert(const ProtoPolicy& in, const std::string& where,
                      Config::Entry* out) {
@@ -92,6 +125,16 @@ absl::Status Convert(const ProtoPolicy& in, const std::string& where,
       }
       p.retry.retryable_codes = codes;
     }
+  }
+  if (in.has_hedging()) {
+    // gRFC A6: a method config has a retry or a hedging policy, not both.
+    if (in.has_retry()) {
+      return fail("hedging", "conflicts with retry; set only one (gRFC A6)");
+    }
+    p.hedging.emplace();
+    absl::Status s = ConvertHedging(in.hedging(), where, &*p.hedging);
+    if (!s.ok()) return s;
+    out->fields |= kFieldHedging;
   }
   if (in.has_per_attempt_timeout()) {
     p.per_attempt_timeout = FromProto(in.per_attempt_timeout());

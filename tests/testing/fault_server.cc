@@ -50,6 +50,11 @@ class FaultServer::Impl final
                                    FaultReply* reply) override {
     return Handle(Kind::kKeyed, ctx, req, reply);
   }
+  grpc::ServerUnaryReactor* HedgedCharge(grpc::CallbackServerContext* ctx,
+                                         const FaultRequest* req,
+                                         FaultReply* reply) override {
+    return Handle(Kind::kKeyed, ctx, req, reply);
+  }
   grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* ctx,
                                    const FaultRequest* req,
                                    FaultReply* reply) override {
