@@ -11,9 +11,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -341,6 +343,78 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
       "Get\"} 1"))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
+}
+
+// The trace of a hedged call: the hedge sent after the delay is a line
+// (event=hedge), and the call's end names the copy that won and the one it
+// cancelled; the stats count one call. Then a copy that fails at once: a
+// decision=hedge line, the next copy's hedge line, and still one call.
+TEST(HedgingTraceTest, LinesNameTheCopies) {
+  FaultServer server;
+  absl::StatusOr<Config> config = Config::FromJson(kConfig);
+  ASSERT_TRUE(config.ok());
+  Options options;
+  options.config = *config;
+  options.breaker_registry = *BreakerRegistry::Create({});
+  options.stats = std::make_shared<Stats>();
+  absl::Mutex mu;
+  std::vector<TraceEvent> events;
+  options.trace_sink = std::make_shared<CallbackSink>([&](const TraceEvent& e) {
+    absl::MutexLock lock(&mu);
+    events.push_back(e);
+  });
+  auto channel = CreateChannel(server.address(),
+                               grpc::InsecureChannelCredentials(), options);
+  ASSERT_TRUE(channel.ok());
+  auto stub = FaultService::NewStub(*channel);
+
+  FaultRequest req;
+  req.set_op_id("trace-slow-first");
+  req.set_slow_first_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0].kind, TraceEvent::Kind::kHedge);
+    EXPECT_EQ(events[0].attempt, 2);
+    EXPECT_GE(events[0].backoff, absl::Milliseconds(45));
+    EXPECT_LT(events[0].backoff, absl::Seconds(1));
+    EXPECT_FALSE(events[0].idempotency_key.empty());
+    EXPECT_EQ(events[1].kind, TraceEvent::Kind::kAttempt);
+    EXPECT_EQ(events[1].decision, TraceDecision::kDone);
+    EXPECT_EQ(events[1].attempt, 2);  // copies sent
+    EXPECT_EQ(events[1].copy, 2);     // the winner
+    EXPECT_EQ(events[1].cancelled, std::vector<int>{1});
+    EXPECT_EQ(events[1].idempotency_key, events[0].idempotency_key);
+    events.clear();
+  }
+
+  FaultRequest fails;
+  fails.set_op_id("trace-nonfatal");
+  fails.set_fail_first(1);
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->Get(&ctx2, fails, &reply).ok());
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[0].kind, TraceEvent::Kind::kAttempt);
+    EXPECT_EQ(events[0].decision, TraceDecision::kHedge);
+    EXPECT_EQ(events[0].code, grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(events[1].kind, TraceEvent::Kind::kHedge);
+    EXPECT_EQ(events[1].attempt, 2);
+    EXPECT_EQ(events[2].decision, TraceDecision::kDone);
+    EXPECT_EQ(events[2].copy, 2);
+    EXPECT_TRUE(events[2].cancelled.empty());
+  }
+  const MethodStatsSnapshot* m = options.stats->Snapshot().FindMethod(
+      "/rpcguard.testing.v1.FaultService/Get");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->calls, 2u);
+  EXPECT_EQ(m->attempts_per_call.sum, 4);
 }
 
 }  // namespace

@@ -85,6 +85,26 @@ TEST(StatsTest, CountsCallsAttemptsRetriesAndOutcomes) {
                                         Pair(GiveUpReason::kBreakerOpen, 1)));
 }
 
+// A hedged call: copy 2 failed while the call went on (decision hedge),
+// copy 3 was sent (a hedge event) and won. One call, of 3 attempts; the
+// failed copy is an attempt, not a call nor a retry.
+TEST(StatsTest, AHedgedCopysFailureIsNotACall) {
+  using D = TraceDecision;
+  Stats stats;
+  stats.Record(Attempt(1, 2, D::kHedge));
+  TraceEvent sent = Attempt(1, 3, D::kHedge);
+  sent.kind = TraceEvent::Kind::kHedge;
+  stats.Record(sent);
+  stats.Record(Attempt(1, 3, D::kDone));
+  const StatsSnapshot snap = stats.Snapshot();
+  ASSERT_EQ(snap.methods.size(), 1u);
+  EXPECT_EQ(snap.methods[0].calls, 1u);
+  EXPECT_EQ(snap.methods[0].attempts, 2u);
+  EXPECT_EQ(snap.methods[0].retries, 0u);
+  EXPECT_EQ(snap.methods[0].attempts_per_call.count, 1u);
+  EXPECT_DOUBLE_EQ(snap.methods[0].attempts_per_call.sum, 3);
+}
+
 TEST(StatsTest, RetryDelayHistogramIsCumulativeInSeconds) {
   Stats stats;
   RecordHistory(stats);

@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -39,7 +40,9 @@ void ExpectSameEvent(const TraceEvent& a, const TraceEvent& b) {
   EXPECT_EQ(a.attempt, b.attempt);
   EXPECT_EQ(a.code, b.code);
   // A fail-fast's class is not written: nothing was sent to be answered.
-  if (a.kind != TraceEvent::Kind::kFailFast) {
+  // Nor is a copy just sent's (hedge): nothing was answered yet.
+  if (a.kind != TraceEvent::Kind::kFailFast &&
+      a.kind != TraceEvent::Kind::kHedge) {
     EXPECT_EQ(a.status_class, b.status_class);
   }
   EXPECT_EQ(a.decision, b.decision);
@@ -51,6 +54,8 @@ void ExpectSameEvent(const TraceEvent& a, const TraceEvent& b) {
   EXPECT_EQ(a.idempotency_key, b.idempotency_key);
   EXPECT_EQ(a.from_state, b.from_state);
   EXPECT_EQ(a.to_state, b.to_state);
+  EXPECT_EQ(a.copy, b.copy);
+  EXPECT_EQ(a.cancelled, b.cancelled);
   EXPECT_EQ(a.message, b.message);
 }
 
@@ -132,6 +137,19 @@ std::vector<TraceEvent> VariedEvents() {
       AttemptEvent(8, "/a.B/C", 1, grpc::StatusCode::OK, StatusClass::kOk,
                    TraceDecision::kDone, absl::Milliseconds(1));
   events.push_back(done);
+
+  // A hedged call: a copy sent, and an end that names copies.
+  TraceEvent hedge = AttemptEvent(
+      9, "/a.B/C", 2, grpc::StatusCode::OK, StatusClass::kOk,
+      TraceDecision::kHedge, absl::Milliseconds(30), absl::Microseconds(30125));
+  hedge.kind = TraceEvent::Kind::kHedge;
+  events.push_back(hedge);
+  TraceEvent won =
+      AttemptEvent(9, "/a.B/C", 3, grpc::StatusCode::OK, StatusClass::kOk,
+                   TraceDecision::kDone, absl::Milliseconds(35));
+  won.copy = 2;
+  won.cancelled = {1, 3};
+  events.push_back(won);
   return events;
 }
 
@@ -489,6 +507,80 @@ TEST(TraceReaderTest, TimelineOfOneCall) {
   29.0  attempt 2  DEADLINE_EXCEEDED  fatal      give_up:deadline              470.0             closed   injected failure
   result: gave up (deadline) after 2 attempts, final code DEADLINE_EXCEEDED; 10.0 ms of backoff; 29.0 ms from first to last event
 )");
+}
+
+// A hedged call: copy 1 slow, copy 2 sent at 30 ms fails at once, copy 3
+// sent right after it wins at 45 ms and copy 1 is cancelled. The timeline
+// lists the copies sent and draws them side by side.
+TEST(TraceReaderTest, TimelineOfAHedgedCallShowsOverlappingCopies) {
+  const std::string kMethod = "/pkg.Svc/Get";
+  std::vector<TraceEvent> events;
+  TraceEvent h2 = AttemptEvent(0xb1, kMethod, 2, grpc::StatusCode::OK,
+                               StatusClass::kOk, TraceDecision::kHedge,
+                               absl::Milliseconds(30), absl::Milliseconds(30));
+  h2.kind = TraceEvent::Kind::kHedge;
+  events.push_back(h2);
+  events.push_back(AttemptEvent(0xb1, kMethod, 2, grpc::StatusCode::UNAVAILABLE,
+                                StatusClass::kRetriable, TraceDecision::kHedge,
+                                absl::Milliseconds(32)));
+  TraceEvent h3 = h2;
+  h3.attempt = 3;
+  h3.time = kT0 + absl::Milliseconds(32);
+  h3.backoff = absl::Milliseconds(32);
+  h3.deadline_left = absl::Milliseconds(468);
+  events.push_back(h3);
+  TraceEvent won =
+      AttemptEvent(0xb1, kMethod, 3, grpc::StatusCode::OK, StatusClass::kOk,
+                   TraceDecision::kDone, absl::Milliseconds(40));
+  won.copy = 3;
+  won.cancelled = {1};
+  events.push_back(won);
+
+  ReaderOptions options;
+  options.call_id = 0xb1;
+  TraceReader reader(options);
+  int n = 0;
+  for (const TraceEvent& e : events) {
+    reader.AddLine(FormatLogfmt(e), "app.log", ++n);
+  }
+  EXPECT_EQ(reader.unparsable(), 0);
+  EXPECT_EQ(reader.Timeline(), R"(call b1  /pkg.Svc/Get  key=key-177
+  first event at 2026-11-30T05:01:02.153456Z
+  +ms   event               code         class      decision  backoff_ms  deadline_left_ms  breaker  message
+  0.0   hedge: copy 2 sent                                                470.0             closed   30.0 ms after copy 1
+  2.0   attempt 2           UNAVAILABLE  retriable  hedge                 468.0             closed   injected failure
+  2.0   hedge: copy 3 sent                                                468.0             closed   32.0 ms after copy 1
+  10.0  attempt 3           OK           ok         done                  460.0             closed   copy 3 won, cancelled 1
+  result: done after 3 attempts; 0.0 ms of backoff; 10.0 ms from first to last event
+  copies (one mark = 1.0 ms)
+    copy 1  ########################################  0.0-40.0 ms   cancelled
+    copy 2  ..............................##          30.0-32.0 ms  UNAVAILABLE
+    copy 3  ................................########  32.0-40.0 ms  OK (won)
+)");
+  std::vector<MethodSummary> methods = reader.Methods();
+  ASSERT_EQ(methods.size(), 1u);
+  EXPECT_EQ(methods[0].hedges, 2);
+  EXPECT_EQ(methods[0].attempts, 2);  // the two attempt lines
+  EXPECT_EQ(methods[0].calls, 1);
+  EXPECT_EQ(methods[0].done, 1);
+}
+
+TEST(ParseTraceLineTest, BadCopyFieldsSayWhy) {
+  TraceEvent won =
+      AttemptEvent(1, "/a.B/C", 2, grpc::StatusCode::OK, StatusClass::kOk,
+                   TraceDecision::kDone, absl::ZeroDuration());
+  won.cancelled = {1};
+  const std::string line = FormatLogfmt(won);
+  for (const auto& [from, to, why] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"cancelled=1", "cancelled=1,x", "bad cancelled=1,x"},
+           {"cancelled=1", "cancelled=0", "bad cancelled=0"},
+           {"cancelled=1", "cancelled=1 copy=-2", "bad copy=-2"}}) {
+    const std::string bad = absl::StrReplaceAll(line, {{from, to}});
+    absl::StatusOr<TraceEvent> parsed = ParseTraceLine(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().message(), why);
+  }
 }
 
 TEST(TraceReaderTest, TimelineOfAnUnknownCall) {

@@ -118,6 +118,37 @@ TEST(FormatLogfmtTest, FailFastLine) {
             "breaker=open breaker_key=payments:443 key=k\n");
 }
 
+// A hedged call's copy just sent: no code or class yet; backoff_ms says
+// how long after the first copy it went out.
+TEST(FormatLogfmtTest, HedgeLine) {
+  TraceEvent e = RetryEvent();
+  e.kind = TraceEvent::Kind::kHedge;
+  e.decision = TraceDecision::kHedge;
+  e.message.clear();
+  EXPECT_EQ(FormatLogfmt(e),
+            "ts=2026-11-30T05:01:02.123456Z level=info msg=rpcguard "
+            "event=hedge call=1a2b method=/pkg.Svc/M attempt=2 "
+            "code=- class=- decision=hedge reason=- "
+            "backoff_ms=12.3 deadline_left_ms=480.1 breaker=closed "
+            "breaker_key=payments:443 "
+            "key=0f8fad5b-d9cb-469f-a165-70867728950e\n");
+}
+
+// A hedged call's end names the copy that decided it and those cancelled.
+TEST(FormatLogfmtTest, HedgedCallsEndNamesItsCopies) {
+  TraceEvent e = RetryEvent();
+  e.decision = TraceDecision::kDone;
+  e.code = grpc::StatusCode::OK;
+  e.status_class = StatusClass::kOk;
+  e.backoff = absl::ZeroDuration();
+  e.message.clear();
+  e.copy = 2;
+  e.cancelled = {1, 3};
+  EXPECT_THAT(FormatLogfmt(e), ::testing::EndsWith(" copy=2 cancelled=1,3\n"));
+  EXPECT_THAT(FormatJson(e),
+              ::testing::EndsWith(",\"copy\":2,\"cancelled\":\"1,3\"}\n"));
+}
+
 TEST(FormatLogfmtTest, BreakerTransitionLine) {
   EXPECT_EQ(FormatLogfmt(TransitionEvent()),
             "ts=2026-11-30T05:01:02.123456Z level=warn msg=rpcguard "
@@ -290,6 +321,26 @@ TEST(ShouldTraceTest, DefaultShowsEveryAttemptOfACallThatRetried) {
   EXPECT_EQ(
       Written(TraceVerbosity::kGiveUps, Call({D::kRetry, D::kRetry, D::kDone})),
       0);
+}
+
+// A hedged call: the copy sent is written at the default verbosity, and so
+// is its end even when copy 1 won (it cancelled copies); at kGiveUps
+// neither is.
+TEST(ShouldTraceTest, HedgedCallsAreWrittenAtTheDefault) {
+  TraceEvent sent;
+  sent.kind = TraceEvent::Kind::kHedge;
+  sent.decision = TraceDecision::kHedge;
+  sent.attempt = 2;
+  TraceEvent won;
+  won.decision = TraceDecision::kDone;
+  won.attempt = 1;
+  won.copy = 1;
+  won.cancelled = {2};
+  EXPECT_TRUE(ShouldTrace(TraceVerbosity::kRetries, sent));
+  EXPECT_TRUE(ShouldTrace(TraceVerbosity::kRetries, won));
+  EXPECT_FALSE(ShouldTrace(TraceVerbosity::kGiveUps, sent));
+  EXPECT_FALSE(ShouldTrace(TraceVerbosity::kGiveUps, won));
+  EXPECT_TRUE(ShouldTrace(TraceVerbosity::kAll, sent));
 }
 
 TEST(ShouldTraceTest, DefaultWritesNothingForAFirstTimeSuccess) {

@@ -1,0 +1,126 @@
+// Copyright rpcguard authors.
+//
+// TimerQueue (the hedge timers' one alarm) with real grpc::Alarms: timers
+// run in time order, never early; a cancelled one never runs; an earlier
+// timer scheduled after a later one still runs first; a timer may schedule
+// another from its callback.
+
+#include "rpcguard/internal/timer_queue.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+class TimerQueueTest : public ::testing::Test {
+ protected:
+  // Records (id, when it ran) and notifies `done_` after `expected` runs.
+  std::function<void()> Record(int id, int expected) {
+    return [this, id, expected] {
+      bool last;
+      {
+        absl::MutexLock lock(&mu_);
+        ran_.push_back({id, absl::Now()});
+        last = static_cast<int>(ran_.size()) == expected;
+      }
+      // After mu_ is released: the test may end, and destroy it, at once.
+      if (last) done_.Notify();
+    };
+  }
+
+  std::shared_ptr<TimerQueue> queue_ = TimerQueue::Create();
+  absl::Mutex mu_;
+  std::vector<std::pair<int, absl::Time>> ran_;
+  absl::Notification done_;
+};
+
+TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
+  const absl::Time t0 = absl::Now();
+  const absl::Time at[] = {t0 + absl::Milliseconds(60),
+                           t0 + absl::Milliseconds(20),
+                           t0 + absl::Milliseconds(40)};
+  for (int i = 0; i < 3; ++i) queue_->Schedule(at[i], Record(i, 3));
+  EXPECT_EQ(queue_->size(), 3u);
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(ran_.size(), 3u);
+  EXPECT_EQ(ran_[0].first, 1);
+  EXPECT_EQ(ran_[1].first, 2);
+  EXPECT_EQ(ran_[2].first, 0);
+  for (const auto& [id, when] : ran_) EXPECT_GE(when, at[id]);
+  EXPECT_EQ(queue_->size(), 0u);
+}
+
+TEST_F(TimerQueueTest, ACancelledTimerNeverRuns) {
+  const absl::Time t0 = absl::Now();
+  const TimerQueue::Handle early =
+      queue_->Schedule(t0 + absl::Milliseconds(10), Record(0, 1));
+  queue_->Schedule(t0 + absl::Milliseconds(50), Record(1, 1));
+  EXPECT_TRUE(queue_->Cancel(early));
+  EXPECT_FALSE(queue_->Cancel(early));  // once only
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(30));
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(ran_.size(), 1u);
+  EXPECT_EQ(ran_[0].first, 1);
+}
+
+// The alarm is armed for a late timer; an earlier one scheduled next must
+// re-arm it, not wait behind it.
+TEST_F(TimerQueueTest, AnEarlierTimerReArmsTheAlarm) {
+  const absl::Time t0 = absl::Now();
+  queue_->Schedule(t0 + absl::Seconds(5), [] {});
+  queue_->Schedule(t0 + absl::Milliseconds(20), Record(0, 1));
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  EXPECT_EQ(queue_->size(), 1u);
+}
+
+TEST_F(TimerQueueTest, ATimerMaySchedule) {
+  queue_->Schedule(absl::Now() + absl::Milliseconds(5), [this] {
+    queue_->Schedule(absl::Now() + absl::Milliseconds(5), Record(1, 1));
+  });
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+}
+
+// Many timers at once, from many threads, half cancelled: each of the rest
+// runs exactly once.
+TEST_F(TimerQueueTest, ManyTimersFromManyThreads) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 200;
+  std::atomic<int> runs{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        TimerQueue::Handle h = queue_->Schedule(
+            absl::Now() + absl::Milliseconds(1 + (i * 7 + t) % 30),
+            [&runs] { runs.fetch_add(1); });
+        if (i % 2 == 0) EXPECT_TRUE(queue_->Cancel(h));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (runs.load() < kThreads * kPerThread / 2 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(runs.load(), kThreads * kPerThread / 2);
+  EXPECT_EQ(queue_->size(), 0u);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rpcguard
