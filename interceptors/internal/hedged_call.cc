@@ -259,7 +259,18 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
         RetryChargeFor(outcome, pushback.kind != Pushback::Kind::kNone ||
                                     pushback.min_delay.has_value()));
   }
-  if (step.next_timer != absl::InfiniteFuture()) ArmHedgeTimer(step.next_timer);
+  if (step.next_timer != absl::InfiniteFuture()) {
+    ArmHedgeTimer(step.next_timer);
+    bool idle;
+    {
+      internal::MutexLock lock(&mu_);
+      idle = copies_.empty() && phase_ != Phase::kDone;
+    }
+    // Waiting out a pushback with no copy in flight: no copy carries the
+    // parent call (core would end it with the parent), so watch the parent
+    // directly, as a retried call does in its backoff.
+    if (idle) WatchParent();
+  }
 }
 
 void HijackedCall::SendAskedCopy(std::optional<RetryCharge> replaces) {
