@@ -26,6 +26,18 @@ namespace {
 
 class TimerQueueTest : public ::testing::Test {
  protected:
+  // Schedules `fn`, kept alive by the fixture (the queue holds it weakly).
+  TimerQueue::Handle Schedule(absl::Time when, std::function<void()> fn) {
+    auto target = std::make_shared<std::function<void()>>(std::move(fn));
+    {
+      absl::MutexLock lock(&mu_);
+      targets_.push_back(target);
+    }
+    return queue_->Schedule(when, target, [](void* f) {
+      (*static_cast<std::function<void()>*>(f))();
+    });
+  }
+
   // Records (id, when it ran) and notifies `done_` after `expected` runs.
   std::function<void()> Record(int id, int expected) {
     return [this, id, expected] {
@@ -43,6 +55,7 @@ class TimerQueueTest : public ::testing::Test {
   std::shared_ptr<TimerQueue> queue_ = TimerQueue::Create();
   absl::Mutex mu_;
   std::vector<std::pair<int, absl::Time>> ran_;
+  std::vector<std::shared_ptr<std::function<void()>>> targets_;
   absl::Notification done_;
 };
 
@@ -51,7 +64,7 @@ TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
   const absl::Time at[] = {t0 + absl::Milliseconds(60),
                            t0 + absl::Milliseconds(20),
                            t0 + absl::Milliseconds(40)};
-  for (int i = 0; i < 3; ++i) queue_->Schedule(at[i], Record(i, 3));
+  for (int i = 0; i < 3; ++i) Schedule(at[i], Record(i, 3));
   EXPECT_EQ(queue_->size(), 3u);
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   absl::MutexLock lock(&mu_);
@@ -66,8 +79,8 @@ TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
 TEST_F(TimerQueueTest, ACancelledTimerNeverRuns) {
   const absl::Time t0 = absl::Now();
   const TimerQueue::Handle early =
-      queue_->Schedule(t0 + absl::Milliseconds(10), Record(0, 1));
-  queue_->Schedule(t0 + absl::Milliseconds(50), Record(1, 1));
+      Schedule(t0 + absl::Milliseconds(10), Record(0, 1));
+  Schedule(t0 + absl::Milliseconds(50), Record(1, 1));
   EXPECT_TRUE(queue_->Cancel(early));
   EXPECT_FALSE(queue_->Cancel(early));  // once only
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
@@ -81,17 +94,30 @@ TEST_F(TimerQueueTest, ACancelledTimerNeverRuns) {
 // re-arm it, not wait behind it.
 TEST_F(TimerQueueTest, AnEarlierTimerReArmsTheAlarm) {
   const absl::Time t0 = absl::Now();
-  queue_->Schedule(t0 + absl::Seconds(5), [] {});
-  queue_->Schedule(t0 + absl::Milliseconds(20), Record(0, 1));
+  Schedule(t0 + absl::Seconds(5), [] {});
+  Schedule(t0 + absl::Milliseconds(20), Record(0, 1));
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(2)));
   EXPECT_EQ(queue_->size(), 1u);
 }
 
 TEST_F(TimerQueueTest, ATimerMaySchedule) {
-  queue_->Schedule(absl::Now() + absl::Milliseconds(5), [this] {
-    queue_->Schedule(absl::Now() + absl::Milliseconds(5), Record(1, 1));
+  Schedule(absl::Now() + absl::Milliseconds(5), [this] {
+    Schedule(absl::Now() + absl::Milliseconds(5), Record(1, 1));
   });
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+}
+
+// A timer whose target is gone does not run.
+TEST_F(TimerQueueTest, ATimerWhoseTargetIsGoneDoesNotRun) {
+  std::atomic<int> runs{0};
+  auto target = std::make_shared<std::atomic<int>*>(&runs);
+  queue_->Schedule(absl::Now() + absl::Milliseconds(5), target, [](void* p) {
+    (*static_cast<std::atomic<int>**>(p))->fetch_add(1);
+  });
+  target.reset();
+  Schedule(absl::Now() + absl::Milliseconds(20), Record(0, 1));
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(runs.load(), 0);
 }
 
 // Many timers at once, from many threads, half cancelled: each of the rest
@@ -104,9 +130,9 @@ TEST_F(TimerQueueTest, ManyTimersFromManyThreads) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        TimerQueue::Handle h = queue_->Schedule(
-            absl::Now() + absl::Milliseconds(1 + (i * 7 + t) % 30),
-            [&runs] { runs.fetch_add(1); });
+        TimerQueue::Handle h =
+            Schedule(absl::Now() + absl::Milliseconds(1 + (i * 7 + t) % 30),
+                     [&runs] { runs.fetch_add(1); });
         if (i % 2 == 0) EXPECT_TRUE(queue_->Cancel(h));
       }
     });

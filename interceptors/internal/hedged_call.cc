@@ -354,14 +354,16 @@ void HijackedCall::ArmHedgeTimer(absl::Time when) {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
   }
-  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  // On the real clock (the usual case) `when` is a wall time already.
+  Clock* clock = factory_->clock();
+  const absl::Time wall =
+      clock == Clock::Real()
+          ? std::min(when, WallTimeOf(setup_.raw_deadline))
+          : WallTimeOf(NoLaterThanCaller(when, clock, setup_.raw_deadline));
   TimerQueue* timers = factory_->hedge_timers();
-  const TimerQueue::Handle handle =
-      timers->Schedule(WallTimeOf(NoLaterThanCaller(when, factory_->clock(),
-                                                    setup_.raw_deadline)),
-                       [weak] {
-                         if (auto self = weak.lock()) self->OnHedgeTimer();
-                       });
+  const TimerQueue::Handle handle = timers->Schedule(
+      wall, weak_from_this(),
+      [](void* call) { static_cast<HijackedCall*>(call)->OnHedgeTimer(); });
   bool done;
   {
     internal::MutexLock lock(&mu_);
@@ -377,7 +379,7 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
                              StatusClass status_class) {
   Ending ending;
   std::vector<std::shared_ptr<grpc::ClientContext>> losers;
-  std::vector<TimerQueue::Handle> timers;
+  absl::InlinedVector<TimerQueue::Handle, 2> timers;
   int copies = 0;
   absl::Duration delay;
   {
@@ -415,7 +417,7 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
 
 void HijackedCall::CancelHedged() {
   std::vector<std::shared_ptr<grpc::ClientContext>> copies;
-  std::vector<TimerQueue::Handle> timers;
+  absl::InlinedVector<TimerQueue::Handle, 2> timers;
   Ending ending;
   bool end_now = false;
   {

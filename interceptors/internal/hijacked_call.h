@@ -71,6 +71,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/hedging.h"
@@ -340,10 +341,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // Hedging: set before Start; then the call's copies and their timers.
   bool hedging_ = false;
   std::optional<HedgeController> hedge_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<Attempt>> copies_ ABSL_GUARDED_BY(mu_);
+  // Inline: a hedged call that does not hedge allocates nothing for these.
+  absl::InlinedVector<std::shared_ptr<Attempt>, 3> copies_ ABSL_GUARDED_BY(mu_);
   absl::Time first_copy_sent_ ABSL_GUARDED_BY(mu_);
   // This call's hedge timers on the factory's TimerQueue, to cancel.
-  std::vector<TimerQueue::Handle> hedge_timers_ ABSL_GUARDED_BY(mu_);
+  absl::InlinedVector<TimerQueue::Handle, 2> hedge_timers_ ABSL_GUARDED_BY(mu_);
   // Why no more copies go, if that ends the call (pushback, refusal).
   GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
   Batches parked_ ABSL_GUARDED_BY(mu_);

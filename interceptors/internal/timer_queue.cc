@@ -25,7 +25,7 @@ absl::Time TimerQueue::RoundUp(absl::Time t) const {
 }
 
 TimerQueue::Handle TimerQueue::Schedule(absl::Time when,
-                                        std::function<void()> fn) {
+                                        std::weak_ptr<void> target, Run run) {
   Handle handle;
   std::shared_ptr<grpc::Alarm> set;
   std::shared_ptr<grpc::Alarm> dropped;
@@ -34,7 +34,7 @@ TimerQueue::Handle TimerQueue::Schedule(absl::Time when,
   {
     MutexLock lock(&mu_);
     handle = Handle(when, ++next_id_);
-    timers_.emplace(handle, std::move(fn));
+    timers_.emplace(handle, Timer{std::move(target), run});
     at = RoundUp(when);
     if (at < armed_for_) {
       dropped = std::move(alarm_);
@@ -65,7 +65,7 @@ void TimerQueue::SetAlarm(std::shared_ptr<grpc::Alarm> alarm, absl::Time when,
 }
 
 void TimerQueue::OnAlarm(uint64_t generation) {
-  std::vector<std::function<void()>> due;
+  std::vector<Timer> due;
   std::shared_ptr<grpc::Alarm> fired;
   std::shared_ptr<grpc::Alarm> set;
   uint64_t next_generation = 0;
@@ -86,20 +86,19 @@ void TimerQueue::OnAlarm(uint64_t generation) {
     }
   }
   if (set != nullptr) SetAlarm(std::move(set), at, next_generation);
-  for (auto& fn : due) fn();
+  for (const Timer& timer : due) {
+    if (std::shared_ptr<void> target = timer.target.lock()) {
+      timer.run(target.get());
+    }
+  }
   // `fired` is the alarm running this callback; gRPC holds its own
   // reference while it runs, so dropping ours here is safe.
 }
 
 bool TimerQueue::Cancel(const Handle& handle) {
-  std::function<void()> fn;
   {
     MutexLock lock(&mu_);
-    auto it = timers_.find(handle);
-    if (it == timers_.end()) return false;
-    // Destroyed outside mu_: it may hold the last reference to a call.
-    fn = std::move(it->second);
-    timers_.erase(it);
+    if (timers_.erase(handle) == 0) return false;
   }
   // The armed alarm stays: firing once for nothing is cheaper than
   // cancelling it, which costs a hop to an executor thread.

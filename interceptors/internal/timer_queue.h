@@ -20,7 +20,6 @@
 #include <grpcpp/alarm.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -47,10 +46,16 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   TimerQueue(const TimerQueue&) = delete;
   TimerQueue& operator=(const TimerQueue&) = delete;
 
-  // Runs `fn` once, on gRPC's alarm thread, at `when` (real clock) or
-  // within `granularity` after it, unless cancelled first. `fn` must not
-  // block; it may schedule and cancel timers.
-  Handle Schedule(absl::Time when, std::function<void()> fn)
+  // What a timer runs: `run(target)`, if `target` is still alive then.
+  using Run = void (*)(void* target);
+
+  // Runs `run` on `target` once, on gRPC's alarm thread, at `when` (real
+  // clock) or within `granularity` after it, unless cancelled first or
+  // `target` is gone by then (it is held weakly). `run` must not block; it
+  // may schedule and cancel timers. A function pointer and a weak
+  // reference, not a std::function: a timer is set for every hedged call,
+  // and this way setting one allocates only its map entry.
+  Handle Schedule(absl::Time when, std::weak_ptr<void> target, Run run)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops a timer that has not run yet. Returns whether it was dropped
@@ -73,7 +78,11 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   Clock* const clock_;
   const absl::Duration granularity_;
   mutable Mutex mu_;
-  std::map<Handle, std::function<void()>> timers_ ABSL_GUARDED_BY(mu_);
+  struct Timer {
+    std::weak_ptr<void> target;
+    Run run;
+  };
+  std::map<Handle, Timer> timers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The armed alarm, the time it fires and its generation (an older
   // alarm's firing is ignored).
