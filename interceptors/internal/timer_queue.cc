@@ -3,6 +3,7 @@
 #include "rpcguard/internal/timer_queue.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace rpcguard {
@@ -10,7 +11,8 @@ namespace internal {
 
 TimerQueue::TimerQueue(Clock* real_clock, absl::Duration granularity)
     : clock_(real_clock),
-      granularity_(std::max(granularity, absl::Nanoseconds(1))) {}
+      granularity_ns_(
+          std::max<int64_t>(1, absl::ToInt64Nanoseconds(granularity))) {}
 
 std::shared_ptr<TimerQueue> TimerQueue::Create(Clock* real_clock,
                                                absl::Duration granularity) {
@@ -19,9 +21,14 @@ std::shared_ptr<TimerQueue> TimerQueue::Create(Clock* real_clock,
 
 absl::Time TimerQueue::RoundUp(absl::Time t) const {
   if (t == absl::InfiniteFuture() || t == absl::InfinitePast()) return t;
-  const absl::Duration since = t - absl::UnixEpoch();
-  const absl::Duration below = absl::Floor(since, granularity_);
-  return absl::UnixEpoch() + (below == since ? below : below + granularity_);
+  // Integer nanoseconds: absl::Floor on Durations costs a division of
+  // 128-bit values, on every hedged call.
+  const int64_t ns = absl::ToUnixNanos(t);
+  const int64_t g = granularity_ns_;
+  if (ns > std::numeric_limits<int64_t>::max() - g) return t;
+  const int64_t rem = ns % g;
+  if (rem == 0) return t;
+  return absl::FromUnixNanos(ns - rem + (ns > 0 ? g : 0));
 }
 
 TimerQueue::Handle TimerQueue::Schedule(absl::Time when,

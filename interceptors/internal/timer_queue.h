@@ -76,7 +76,7 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   absl::Time RoundUp(absl::Time t) const;
 
   Clock* const clock_;
-  const absl::Duration granularity_;
+  const int64_t granularity_ns_;
   mutable Mutex mu_;
   struct Timer {
     std::weak_ptr<void> target;
