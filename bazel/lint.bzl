@@ -57,7 +57,8 @@ def _descriptor_set_impl(ctx):
         mnemonic = "RpcguardDescriptorSet",
         progress_message = "protoc --descriptor_set_out " + out.short_path,
     )
-    return [DefaultInfo(files = depset([out]))]
+    # runfiles too: a test's `data` sees only those.
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
 
 _descriptor_set = rule(
     implementation = _descriptor_set_impl,

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "proto/rpcguard/v1/options.pb.h"
 #include "rpcguard/internal/proto_options.h"
 
 namespace rpcguard {
@@ -90,12 +91,31 @@ std::string WithoutSourceInfo(const pb::FileDescriptorProto& proto) {
   return copy.SerializeAsString();
 }
 
-template <typename Descriptor>
-SourcePlace PlaceOf(const Descriptor& d) {
+// The place of the declaration at `path` (SourceCodeInfo's encoding) in
+// `file`; with `option` (an options field and an extension number), of that
+// option in it when the set records it.
+SourcePlace PlaceOf(const pb::FileDescriptor& file, std::vector<int> path,
+                    std::vector<int> option = {}) {
   pb::SourceLocation where;
-  if (!d.GetSourceLocation(&where)) return d.file()->name();
-  return absl::StrCat(d.file()->name(), ":", where.start_line + 1, ":",
+  std::vector<int> option_path = path;
+  option_path.insert(option_path.end(), option.begin(), option.end());
+  if (!file.GetSourceLocation(option_path, &where) &&
+      !file.GetSourceLocation(path, &where)) {
+    return file.name();
+  }
+  return absl::StrCat(file.name(), ":", where.start_line + 1, ":",
                       where.start_column + 1);
+}
+
+std::vector<int> PathOf(const pb::ServiceDescriptor& service) {
+  return {pb::FileDescriptorProto::kServiceFieldNumber, service.index()};
+}
+
+std::vector<int> PathOf(const pb::MethodDescriptor& method) {
+  std::vector<int> path = PathOf(*method.service());
+  path.push_back(pb::ServiceDescriptorProto::kMethodFieldNumber);
+  path.push_back(method.index());
+  return path;
 }
 
 constexpr char kHowToMake[] =
@@ -153,12 +173,15 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
       ReadProtoPolicies(service, nullptr).status();
   if (!service_error.ok()) {
     report->problems.push_back(
-        {PlaceOf(service), std::string(service_error.message())});
+        {PlaceOf(*service.file(), PathOf(service),
+                 {pb::ServiceDescriptorProto::kOptionsFieldNumber,
+                  ::rpcguard::v1::kServiceFieldNumber}),
+         std::string(service_error.message())});
   }
   for (int i = 0; i < service.method_count(); ++i) {
     const pb::MethodDescriptor& method = *service.method(i);
     LintedMethod linted;
-    linted.place = PlaceOf(method);
+    linted.place = PlaceOf(*service.file(), PathOf(method));
     linted.streaming = method.client_streaming() || method.server_streaming();
     linted.explanation = config.Explain(method);
     if (service_error.ok()) {
@@ -166,8 +189,12 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
       // the JSON happens to override every field of it.
       const absl::Status error = ReadProtoPolicies(service, &method).status();
       if (!error.ok()) {
+        // Only rpcguard's own option can be malformed.
         report->problems.push_back(
-            {linted.place, std::string(error.message())});
+            {PlaceOf(*service.file(), PathOf(method),
+                     {pb::MethodDescriptorProto::kOptionsFieldNumber,
+                      ::rpcguard::v1::kMethodFieldNumber}),
+             std::string(error.message())});
       } else if (!linted.streaming &&
                  config.Resolve(method).sources[0] == PolicySource::kDefault) {
         report->problems.push_back(
