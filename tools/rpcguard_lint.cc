@@ -12,6 +12,8 @@
 // Exit status: 0; 1 with --strict when there are problems; 2 for bad
 // arguments or input (an unreadable or malformed set or config).
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -51,6 +53,9 @@ bool ReadFile(const std::string& path, std::string* bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Protobuf logs each invalid UTF-8 string it parses: garbage given for a
+  // set would bury the one message that says what is wrong.
+  google::protobuf::SetLogHandler(nullptr);
   bool strict = false;
   std::string config_path;
   std::vector<std::string> set_paths;
