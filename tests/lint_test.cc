@@ -4,7 +4,8 @@
 // bazel/lint.bzl makes them: tests/lint/cases.proto (every kind of
 // declaration, good and bad; it imports tests/lint/imported.proto) and
 // declared.proto, whose generated code is also linked here so the lint can be
-// compared with what the interceptor resolves.
+// compared with what the interceptor resolves (and fault.proto's, for a
+// streaming method of the generated pool).
 
 #include "tools/lint.h"
 
@@ -19,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/config.h"
 
 namespace rpcguard {
@@ -284,6 +286,16 @@ TEST(LintTest, AgreesWithTheGeneratedPool) {
     EXPECT_EQ(p.message, Config().Resolve(path).error.message());
   }
   EXPECT_EQ(malformed, 4);
+}
+
+// The interceptor's own Explain, by path, says the same of a streaming method
+// of the generated pool.
+TEST(LintTest, ExplainByPathSaysAGeneratedStreamingMethodPassesThrough) {
+  ASSERT_NE(::rpcguard::testing::v1::FaultService::service_full_name(),
+            nullptr);
+  EXPECT_EQ(Config().Explain("/rpcguard.testing.v1.FaultService/Watch"),
+            "/rpcguard.testing.v1.FaultService/Watch\n"
+            "  => server streaming: passed through, never retried or hedged\n");
 }
 
 TEST(LintTest, WithoutSourceInfoPlacesAreFiles) {

@@ -118,6 +118,10 @@ std::vector<int> PathOf(const pb::MethodDescriptor& method) {
   return path;
 }
 
+// ResolvedPolicy::sources' index of the idempotency (kFieldIdempotency's bit).
+constexpr int kIdempotencyIndex = 0;
+static_assert(kFieldIdempotency == 1 << kIdempotencyIndex);
+
 constexpr char kHowToMake[] =
     "make one with protoc --include_imports --include_source_info "
     "--descriptor_set_out=FILE";
@@ -196,7 +200,8 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
                       ::rpcguard::v1::kMethodFieldNumber}),
              std::string(error.message())});
       } else if (!linted.streaming &&
-                 config.Resolve(method).sources[0] == PolicySource::kDefault) {
+                 config.Resolve(method).sources[kIdempotencyIndex] ==
+                     PolicySource::kDefault) {
         report->problems.push_back(
             {linted.place,
              absl::StrCat(method.full_name(),

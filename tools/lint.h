@@ -50,8 +50,9 @@ struct LintReport {
   // order of the files in the sets, then of services and methods.
   std::vector<LintedMethod> methods;
   // Unary RPCs no source declares idempotent or not (a JSON default entry
-  // counts as a declaration), and malformed .proto options: a bad service
-  // option once, at the service.
+  // counts as a declaration, and an explicit UNKNOWN), and malformed .proto
+  // options, placed at the option (a bad service option once, not per
+  // method), whatever the config overrides.
   std::vector<LintProblem> problems;
   // Files with RPCs whose set has no source info: their places have no line.
   std::vector<std::string> files_without_source_info;
