@@ -19,7 +19,8 @@ def _quote(s):
 
 def _import_root(f):
     """The -I directory `f` is imported from, as in cc_grpc_proto: the
-    repository's proto/ for files under it, else the repository's root."""
+    repository's proto/ for files under it, else the repository's root.
+    Returns (directory, whether it is a proto/)."""
 
     # short_path: "pkg/x.proto", or "../repo/pkg/x.proto" in another repository.
     rel = f.short_path
@@ -27,21 +28,23 @@ def _import_root(f):
         rel = rel.split("/", 2)[2]
     prefix = f.path[:-len(rel)]  # "", or "external/repo/", "bazel-out/.../"
     if rel.startswith("proto/"):
-        return prefix + "proto"
-    return prefix[:-1] if prefix else "."
+        return (prefix + "proto", True)
+    return (prefix[:-1] if prefix else ".", False)
 
 def _descriptor_set_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name + ".pb")
     protos = ctx.files.protos
-    roots = []
-    for f in protos:
-        root = _import_root(f)
-        if root not in roots:
-            roots.append(root)
 
     # proto/ roots first: "rpcguard/v1/options.proto" must be found there,
     # not as "proto/rpcguard/v1/options.proto" under a repository's root.
-    roots = [r for r in roots if r.endswith("proto")] + [r for r in roots if not r.endswith("proto")]
+    proto_roots = []
+    other_roots = []
+    for f in protos:
+        root, is_proto = _import_root(f)
+        roots = proto_roots if is_proto else other_roots
+        if root not in roots:
+            roots.append(root)
+    roots = proto_roots + other_roots
     args = ["-I" + r for r in roots] + [
         "-I/usr/include",
         "--include_imports",
@@ -58,7 +61,10 @@ def _descriptor_set_impl(ctx):
         progress_message = "protoc --descriptor_set_out " + out.short_path,
     )
     # runfiles too: a test's `data` sees only those.
-    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
+    return [DefaultInfo(
+        files = depset([out]),
+        runfiles = ctx.runfiles(files = [out]),
+    )]
 
 _descriptor_set = rule(
     implementation = _descriptor_set_impl,
@@ -101,7 +107,9 @@ def _lint_test_impl(ctx):
         "#!/bin/sh\nexec " + " ".join([_quote(a) for a in [lint.short_path] + args]) + "\n",
         is_executable = True,
     )
-    runfiles = ctx.runfiles(files = inputs).merge(ctx.attr._lint[DefaultInfo].default_runfiles)
+    runfiles = ctx.runfiles(files = inputs).merge(
+        ctx.attr._lint[DefaultInfo].default_runfiles,
+    )
     return [DefaultInfo(executable = script, runfiles = runfiles)]
 
 _lint_test = rule(
@@ -134,8 +142,9 @@ def rpcguard_lint_test(name, protos, config = None, strict = True, **kwargs):
       strict: fail when a unary RPC has no idempotency declaration from any
         source or a declaration is malformed (rpcguard_lint --strict); False
         only prints.
-      **kwargs: passed to the test (size, tags, ...).
+      **kwargs: passed to the test (tags, size: "small" unless given, ...).
     """
+    kwargs.setdefault("size", "small")
     rpcguard_descriptor_set(
         name = name + "_descriptor_set",
         protos = protos,
