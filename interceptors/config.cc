@@ -50,109 +50,6 @@ bool SplitMethodPath(absl::string_view path, absl::string_view* service,
   return true;
 }
 
-// "client streaming", "server streaming", "bidirectional streaming", or ""
-// for a unary method (or none).
-absl::string_view StreamingKind(const google::protobuf::MethodDescriptor* m) {
-  if (m == nullptr) return "";
-  if (m->client_streaming() && m->server_streaming()) {
-    return "bidirectional streaming";
-  }
-  if (m->client_streaming()) return "client streaming";
-  if (m->server_streaming()) return "server streaming";
-  return "";
-}
-
-// Explain()'s text for `full_method`, resolved as `r`; `method` is its
-// descriptor when known.
-std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
-                        const google::protobuf::MethodDescriptor* method) {
-  std::string out = absl::StrCat(full_method, "\n");
-  const absl::string_view streaming = StreamingKind(method);
-  if (!streaming.empty()) {
-    // PlanCall passes streaming calls through before it looks at the
-    // policy or its error: neither changes what happens to them.
-    if (!r.error.ok()) {
-      absl::StrAppend(&out, "  error: ", r.error.message(), "\n");
-    }
-    absl::StrAppend(&out, "  => ", streaming,
-                    ": passed through, never retried or hedged\n");
-    return out;
-  }
-  const MethodPolicy& p = r.policy;
-  if (!r.error.ok()) {
-    absl::StrAppend(&out, "  error: ", r.error.message(),
-                    " (calls to this method fail until it is fixed)\n");
-  }
-  const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
-  const int hedging_bit = 7;  // kFieldHedging
-  const bool hedged =
-      MayHedge(p, p.idempotency,
-               r.sources[hedging_bit] == PolicySource::kConfigMethod ||
-                   r.sources[hedging_bit] == PolicySource::kProtoMethod);
-  auto duration = [](absl::Duration d) {
-    return d == absl::InfiniteDuration() ? std::string("none")
-                                         : absl::FormatDuration(d);
-  };
-  std::string verdict = "tried once";
-  if (hedged) {
-    verdict =
-        absl::StrCat("hedged, up to ", p.hedging->max_attempts,
-                     " copies, the next after ", duration(p.hedging->delay));
-    if (p.hedging->adaptive_percentile) {
-      absl::StrAppend(&verdict, " (then p",
-                      *p.hedging->adaptive_percentile * 100,
-                      " of recent latency)");
-    }
-  } else if (may_repeat) {
-    verdict =
-        absl::StrCat("retried, up to ", p.retry.max_attempts, " attempts");
-    if (p.hedging.has_value()) {
-      absl::StrAppend(&verdict,
-                      " (the hedgingPolicy is not for this method itself: "
-                      "an IDEMPOTENT or KEYED method is hedged only by a "
-                      "policy written for it)");
-    }
-  }
-  absl::StrAppend(&out, "  => ", verdict, "\n");
-  std::string codes;
-  for (int c = 0; c <= 16; ++c) {
-    const auto code = static_cast<grpc::StatusCode>(c);
-    if (p.MakeClassifier().retriable().Contains(code)) {
-      absl::StrAppend(&codes, codes.empty() ? "" : ",", StatusCodeName(code));
-    }
-  }
-  const std::string values[kNumPolicyFields] = {
-      std::string(IdempotencyName(p.idempotency)),
-      absl::StrCat("maxAttempts=", p.retry.max_attempts,
-                   " initialBackoff=", duration(p.retry.backoff.initial),
-                   " maxBackoff=", duration(p.retry.backoff.max),
-                   " backoffMultiplier=", p.retry.backoff.multiplier,
-                   " retryableStatusCodes=", codes),
-      std::string(JitterName(p.retry.backoff.jitter)),
-      duration(p.per_attempt_timeout),
-      duration(p.timeout),
-      duration(p.min_attempt_time),
-      p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
-      p.hedging ? absl::StrCat(
-                      "maxAttempts=", p.hedging->max_attempts,
-                      " hedgingDelay=", duration(p.hedging->delay),
-                      p.hedging->adaptive_percentile
-                          ? absl::StrCat(
-                                " percentile=", *p.hedging->adaptive_percentile,
-                                " floor=", duration(p.hedging->adaptive_floor),
-                                " minSamples=", p.hedging->min_samples)
-                          : "",
-                      " maxExtraLoad=", p.hedging->max_extra_load)
-                : "none",
-  };
-  for (int i = 0; i < kNumPolicyFields; ++i) {
-    absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",
-                          absl::StrCat(PolicyFieldName(i), ":"), values[i],
-                          PolicySourceName(r.sources[i]));
-  }
-  return out;
-}
-
 }  // namespace
 
 Config::Config() : tables_(std::make_shared<Tables>()) {}
@@ -257,6 +154,113 @@ void Config::set_destination(const DestinationConfig& destination) {
 MethodPolicy Config::Lookup(absl::string_view full_method) const {
   return Resolve(full_method).policy;
 }
+
+namespace {
+
+// "client streaming", "server streaming", "bidirectional streaming", or ""
+// for a unary method (or none).
+absl::string_view StreamingKind(const google::protobuf::MethodDescriptor* m) {
+  if (m == nullptr) return "";
+  if (m->client_streaming() && m->server_streaming()) {
+    return "bidirectional streaming";
+  }
+  if (m->client_streaming()) return "client streaming";
+  if (m->server_streaming()) return "server streaming";
+  return "";
+}
+
+// Explain()'s text for `full_method`, resolved as `r`; `method` is its
+// descriptor when known.
+std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
+                        const google::protobuf::MethodDescriptor* method) {
+  std::string out = absl::StrCat(full_method, "\n");
+  const absl::string_view streaming = StreamingKind(method);
+  if (!streaming.empty()) {
+    // PlanCall passes streaming calls through before it looks at the
+    // policy or its error: neither changes what happens to them.
+    if (!r.error.ok()) {
+      absl::StrAppend(&out, "  error: ", r.error.message(), "\n");
+    }
+    absl::StrAppend(&out, "  => ", streaming,
+                    ": passed through, never retried or hedged\n");
+    return out;
+  }
+  const MethodPolicy& p = r.policy;
+  if (!r.error.ok()) {
+    absl::StrAppend(&out, "  error: ", r.error.message(),
+                    " (calls to this method fail until it is fixed)\n");
+  }
+  const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
+  const int hedging_bit = 7;  // kFieldHedging
+  const bool hedged =
+      MayHedge(p, p.idempotency,
+               r.sources[hedging_bit] == PolicySource::kConfigMethod ||
+                   r.sources[hedging_bit] == PolicySource::kProtoMethod);
+  auto duration = [](absl::Duration d) {
+    return d == absl::InfiniteDuration() ? std::string("none")
+                                         : absl::FormatDuration(d);
+  };
+  std::string verdict = "tried once";
+  if (hedged) {
+    verdict =
+        absl::StrCat("hedged, up to ", p.hedging->max_attempts,
+                     " copies, the next after ", duration(p.hedging->delay));
+    if (p.hedging->adaptive_percentile) {
+      absl::StrAppend(&verdict, " (then p",
+                      *p.hedging->adaptive_percentile * 100,
+                      " of recent latency)");
+    }
+  } else if (may_repeat) {
+    verdict =
+        absl::StrCat("retried, up to ", p.retry.max_attempts, " attempts");
+    if (p.hedging.has_value()) {
+      absl::StrAppend(&verdict,
+                      " (the hedgingPolicy is not for this method itself: "
+                      "an IDEMPOTENT or KEYED method is hedged only by a "
+                      "policy written for it)");
+    }
+  }
+  absl::StrAppend(&out, "  => ", verdict, "\n");
+  std::string codes;
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<grpc::StatusCode>(c);
+    if (p.MakeClassifier().retriable().Contains(code)) {
+      absl::StrAppend(&codes, codes.empty() ? "" : ",", StatusCodeName(code));
+    }
+  }
+  const std::string values[kNumPolicyFields] = {
+      std::string(IdempotencyName(p.idempotency)),
+      absl::StrCat("maxAttempts=", p.retry.max_attempts,
+                   " initialBackoff=", duration(p.retry.backoff.initial),
+                   " maxBackoff=", duration(p.retry.backoff.max),
+                   " backoffMultiplier=", p.retry.backoff.multiplier,
+                   " retryableStatusCodes=", codes),
+      std::string(JitterName(p.retry.backoff.jitter)),
+      duration(p.per_attempt_timeout),
+      duration(p.timeout),
+      duration(p.min_attempt_time),
+      p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
+      p.hedging ? absl::StrCat(
+                      "maxAttempts=", p.hedging->max_attempts,
+                      " hedgingDelay=", duration(p.hedging->delay),
+                      p.hedging->adaptive_percentile
+                          ? absl::StrCat(
+                                " percentile=", *p.hedging->adaptive_percentile,
+                                " floor=", duration(p.hedging->adaptive_floor),
+                                " minSamples=", p.hedging->min_samples)
+                          : "",
+                      " maxExtraLoad=", p.hedging->max_extra_load)
+                : "none",
+  };
+  for (int i = 0; i < kNumPolicyFields; ++i) {
+    absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",
+                          absl::StrCat(PolicyFieldName(i), ":"), values[i],
+                          PolicySourceName(r.sources[i]));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string Config::Explain(absl::string_view full_method) const {
   absl::string_view service_name;
