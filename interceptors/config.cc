@@ -2,6 +2,8 @@
 
 #include "rpcguard/config.h"
 
+#include <google/protobuf/descriptor.h>
+
 #include <cstdint>
 #include <iterator>
 #include <optional>
@@ -13,8 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "config_reader.h"           // private to :config
-#include "internal/proto_options.h"  // private to :config
+#include "config_reader.h"  // private to :config
+#include "internal/proto_options.h"
 #include "rpcguard/decision/call_plan.h"
 
 namespace rpcguard {
@@ -33,6 +35,21 @@ constexpr bool IsValidPrecedence() {
 }
 static_assert(IsValidPrecedence());
 
+// Splits "/pkg.Svc/Method" into its service and method; false for a path of
+// any other form.
+bool SplitMethodPath(absl::string_view path, absl::string_view* service,
+                     absl::string_view* method) {
+  if (!absl::ConsumePrefix(&path, "/")) return false;
+  const size_t slash = path.find('/');
+  if (slash == absl::string_view::npos || slash == 0 ||
+      slash + 1 >= path.size()) {
+    return false;
+  }
+  *service = path.substr(0, slash);
+  *method = path.substr(slash + 1);
+  return true;
+}
+
 }  // namespace
 
 Config::Config() : tables_(std::make_shared<Tables>()) {}
@@ -50,23 +67,32 @@ absl::StatusOr<Config> Config::FromJson(absl::string_view json) {
 }
 
 ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
-  const Tables& t = *tables_;
-  // "/pkg.Svc/Method" in parts; a path of any other form has only the
-  // sources that need no name.
   absl::string_view service_name;
   absl::string_view method_name;
-  absl::string_view method_key;  // "pkg.Svc/Method", the methods table's key
-  absl::string_view path = full_method;
-  if (absl::ConsumePrefix(&path, "/")) {
-    const size_t slash = path.find('/');
-    if (slash != absl::string_view::npos && slash > 0 &&
-        slash + 1 < path.size()) {
-      service_name = path.substr(0, slash);
-      method_name = path.substr(slash + 1);
-      method_key = path;
-    }
+  if (!SplitMethodPath(full_method, &service_name, &method_name)) {
+    // A path of another form has only the sources that need no name.
+    return ResolveNamed("", "", [] { return ProtoPolicies(); });
   }
+  // "pkg.Svc/Method", the methods table's key.
+  const absl::string_view method_key = full_method.substr(1);
+  return ResolveNamed(service_name, method_key, [&] {
+    return ReadProtoPolicies(service_name, method_name);
+  });
+}
 
+ResolvedPolicy Config::Resolve(
+    const google::protobuf::MethodDescriptor& method) const {
+  const std::string& service_name = method.service()->full_name();
+  const std::string method_key = absl::StrCat(service_name, "/", method.name());
+  return ResolveNamed(service_name, method_key, [&] {
+    return ReadProtoPolicies(*method.service(), &method);
+  });
+}
+
+ResolvedPolicy Config::ResolveNamed(
+    absl::string_view service_name, absl::string_view method_key,
+    absl::FunctionRef<absl::StatusOr<ProtoPolicies>()> read_proto) const {
+  const Tables& t = *tables_;
   // The .proto's options, read once, when the walk first needs them: it is a
   // descriptor lookup, skipped when the config alone decides every field.
   std::optional<absl::StatusOr<ProtoPolicies>> proto;
@@ -87,9 +113,7 @@ ResolvedPolicy Config::Resolve(absl::string_view full_method) const {
       case PolicySource::kProtoService:
       case PolicySource::kIdempotencyLevel:
         if (service_name.empty()) return nullptr;
-        if (!proto.has_value()) {
-          proto = ReadProtoPolicies(service_name, method_name);
-        }
+        if (!proto.has_value()) proto = read_proto();
         if (!proto->ok()) return nullptr;
         if (source == PolicySource::kProtoMethod) return &(*proto)->method;
         if (source == PolicySource::kProtoService) return &(*proto)->service;
@@ -131,10 +155,37 @@ MethodPolicy Config::Lookup(absl::string_view full_method) const {
   return Resolve(full_method).policy;
 }
 
-std::string Config::Explain(absl::string_view full_method) const {
-  const ResolvedPolicy r = Resolve(full_method);
-  const MethodPolicy& p = r.policy;
+namespace {
+
+// "client streaming", "server streaming", "bidirectional streaming", or ""
+// for a unary method (or none).
+absl::string_view StreamingKind(const google::protobuf::MethodDescriptor* m) {
+  if (m == nullptr) return "";
+  if (m->client_streaming() && m->server_streaming()) {
+    return "bidirectional streaming";
+  }
+  if (m->client_streaming()) return "client streaming";
+  if (m->server_streaming()) return "server streaming";
+  return "";
+}
+
+// Explain()'s text for `full_method`, resolved as `r`; `method` is its
+// descriptor when known.
+std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
+                        const google::protobuf::MethodDescriptor* method) {
   std::string out = absl::StrCat(full_method, "\n");
+  const absl::string_view streaming = StreamingKind(method);
+  if (!streaming.empty()) {
+    // PlanCall passes streaming calls through before it looks at the
+    // policy or its error: neither changes what happens to them.
+    if (!r.error.ok()) {
+      absl::StrAppend(&out, "  error: ", r.error.message(), "\n");
+    }
+    absl::StrAppend(&out, "  => ", streaming,
+                    ": passed through, never retried or hedged\n");
+    return out;
+  }
+  const MethodPolicy& p = r.policy;
   if (!r.error.ok()) {
     absl::StrAppend(&out, "  error: ", r.error.message(),
                     " (calls to this method fail until it is fixed)\n");
@@ -207,6 +258,31 @@ std::string Config::Explain(absl::string_view full_method) const {
                           PolicySourceName(r.sources[i]));
   }
   return out;
+}
+
+}  // namespace
+
+std::string Config::Explain(absl::string_view full_method) const {
+  absl::string_view service_name;
+  absl::string_view method_name;
+  if (SplitMethodPath(full_method, &service_name, &method_name)) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+            std::string(service_name));
+    const google::protobuf::MethodDescriptor* method =
+        service == nullptr
+            ? nullptr
+            : service->FindMethodByName(std::string(method_name));
+    if (method != nullptr) return Explain(*method);
+  }
+  return Explanation(full_method, Resolve(full_method), nullptr);
+}
+
+std::string Config::Explain(
+    const google::protobuf::MethodDescriptor& method) const {
+  return Explanation(
+      absl::StrCat("/", method.service()->full_name(), "/", method.name()),
+      Resolve(method), &method);
 }
 
 absl::string_view PolicySourceName(PolicySource source) {

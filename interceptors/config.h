@@ -54,6 +54,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/decision/policy.h"
@@ -61,7 +62,13 @@
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
 
+namespace google::protobuf {
+class MethodDescriptor;
+}  // namespace google::protobuf
+
 namespace rpcguard {
+
+struct ProtoPolicies;  // internal/proto_options.h
 
 // Where a setting of a method's policy came from. kPolicyPrecedence orders
 // them.
@@ -148,6 +155,14 @@ class Config {
   // result per method (the interceptor does).
   ResolvedPolicy Resolve(absl::string_view full_method) const;
 
+  // Resolve() for the method `method` describes, from any descriptor pool:
+  // its .proto options are read from `method` and its service rather than
+  // looked up by name in the generated pool, so a pool built from
+  // FileDescriptorSets works (rpcguard_lint does this). The interceptor
+  // itself resolves by path.
+  ResolvedPolicy Resolve(
+      const google::protobuf::MethodDescriptor& method) const;
+
   // The destination-wide settings.
   const DestinationConfig& destination() const;
   void set_destination(const DestinationConfig& destination);
@@ -156,8 +171,15 @@ class Config {
   MethodPolicy Lookup(absl::string_view full_method) const;
 
   // A few lines saying, for each setting of the method's policy, its value
-  // and which source decided it. For people: the format may change.
+  // and which source decided it. For people: the format may change, but the
+  // first line is the method's path. A method of the generated pool is
+  // explained as Explain(descriptor) is.
   std::string Explain(absl::string_view full_method) const;
+
+  // Explain() for the method `method` describes, from any descriptor pool
+  // (see Resolve(method)). A streaming method is said to be one: rpcguard
+  // passes its calls through, whatever its policy.
+  std::string Explain(const google::protobuf::MethodDescriptor& method) const;
 
   // Sets the policy of one method, service or the default from code, in the
   // same precedence as JSON names (`service` empty = default; `method` empty
@@ -174,6 +196,14 @@ class Config {
     std::optional<Entry> default_policy;
     DestinationConfig destination;
   };
+  // Resolve()'s walk for the method `method_key` ("pkg.Svc/M", empty for a
+  // path of another form) of `service`; `read_proto` reads the .proto's
+  // options, called at most once and only if the config leaves a field
+  // unset.
+  ResolvedPolicy ResolveNamed(
+      absl::string_view service, absl::string_view method_key,
+      absl::FunctionRef<absl::StatusOr<ProtoPolicies>()> read_proto) const;
+
   std::shared_ptr<Tables> tables_;
 };
 

@@ -147,21 +147,18 @@ absl::Status Convert(const ProtoPolicy& in, const std::string& where,
 
 }  // namespace
 
-absl::StatusOr<ProtoPolicies> ReadProtoPolicies(absl::string_view service,
-                                                absl::string_view method) {
+absl::StatusOr<ProtoPolicies> ReadProtoPolicies(
+    const google::protobuf::ServiceDescriptor& service,
+    const google::protobuf::MethodDescriptor* method) {
   ProtoPolicies out;
-  const google::protobuf::ServiceDescriptor* sd =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-          std::string(service));
-  if (sd == nullptr) return out;
+  const google::protobuf::ServiceDescriptor* sd = &service;
   if (sd->options().HasExtension(::rpcguard::v1::service)) {
     absl::Status s = Convert(
         sd->options().GetExtension(::rpcguard::v1::service),
         absl::StrCat(sd->full_name(), ": (rpcguard.v1.service)"), &out.service);
     if (!s.ok()) return s;
   }
-  const google::protobuf::MethodDescriptor* md =
-      sd->FindMethodByName(std::string(method));
+  const google::protobuf::MethodDescriptor* md = method;
   if (md == nullptr) return out;
   const google::protobuf::MethodOptions& options = md->options();
   if (options.HasExtension(::rpcguard::v1::method)) {
@@ -183,6 +180,15 @@ absl::StatusOr<ProtoPolicies> ReadProtoPolicies(absl::string_view service,
       break;
   }
   return out;
+}
+
+absl::StatusOr<ProtoPolicies> ReadProtoPolicies(absl::string_view service,
+                                                absl::string_view method) {
+  const google::protobuf::ServiceDescriptor* sd =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          std::string(service));
+  if (sd == nullptr) return ProtoPolicies();
+  return ReadProtoPolicies(*sd, sd->FindMethodByName(std::string(method)));
 }
 
 }  // namespace rpcguard
