@@ -467,6 +467,9 @@ absl::Status FaultInjector::Start(std::shared_ptr<grpc::Channel> backend,
   // client's, not the injector's.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
+  // A port in use is an error, not a port shared with another server that
+  // would then take some of the calls.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterCallbackGenericService(core_->front.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound == 0) {
