@@ -69,7 +69,8 @@ constexpr char kConfig[] = R"json({"methodConfig": [
 std::string Header(const std::multimap<grpc::string_ref, grpc::string_ref>& md,
                    const std::string& key) {
   auto it = md.find(key);
-  return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  return it == md.end() ? ""
+                        : std::string(it->second.data(), it->second.size());
 }
 
 // The payments service's state: a charge is applied once per idempotency
@@ -118,8 +119,9 @@ class SyncPayments final : public Payments::Service {
   explicit SyncPayments(Ledger* ledger) : ledger_(ledger) {}
   grpc::Status Charge(grpc::ServerContext* ctx, const ChargeRequest* req,
                       ChargeReply* reply) override {
-    reply->set_charge_id(ledger_->Charge(
-        Header(ctx->client_metadata(), "idempotency-key"), req->amount_cents()));
+    reply->set_charge_id(
+        ledger_->Charge(Header(ctx->client_metadata(), "idempotency-key"),
+                        req->amount_cents()));
     return grpc::Status::OK;
   }
   grpc::Status GetBalance(grpc::ServerContext*, const BalanceRequest*,
@@ -143,8 +145,9 @@ class CallbackPayments final : public Payments::CallbackService {
   grpc::ServerUnaryReactor* Charge(grpc::CallbackServerContext* ctx,
                                    const ChargeRequest* req,
                                    ChargeReply* reply) override {
-    reply->set_charge_id(ledger_->Charge(
-        Header(ctx->client_metadata(), "idempotency-key"), req->amount_cents()));
+    reply->set_charge_id(
+        ledger_->Charge(Header(ctx->client_metadata(), "idempotency-key"),
+                        req->amount_cents()));
     return Done(ctx);
   }
   grpc::ServerUnaryReactor* GetBalance(grpc::CallbackServerContext* ctx,
@@ -268,10 +271,9 @@ TEST_P(TestingKitTest, FailedAttemptsNeverReachTheServiceAndRetryWithOneKey) {
     EXPECT_EQ(a.number, i + 1);
     EXPECT_TRUE(a.finished);
   }
-  EXPECT_EQ(Faults(call),
-            (std::vector<InjectedFault>{InjectedFault::kFailed,
-                                        InjectedFault::kFailed,
-                                        InjectedFault::kNone}));
+  EXPECT_EQ(Faults(call), (std::vector<InjectedFault>{InjectedFault::kFailed,
+                                                      InjectedFault::kFailed,
+                                                      InjectedFault::kNone}));
   EXPECT_EQ(call.attempts[0].code, grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(call.attempts[2].code, grpc::StatusCode::OK);
   EXPECT_EQ(call.reached_service(), 1);
@@ -329,7 +331,8 @@ TEST_P(TestingKitTest, RetryWaitsForThePushbackTrailer) {
 
   ASSERT_TRUE(GetBalance(stub_.get()).ok());
 
-  std::vector<RecordedAttempt> attempts = faults_.recorder().Attempts(kGetBalance);
+  std::vector<RecordedAttempt> attempts =
+      faults_.recorder().Attempts(kGetBalance);
   ASSERT_EQ(attempts.size(), 2u);
   EXPECT_GE(attempts[1].arrival - attempts[0].arrival, absl::Milliseconds(300));
 }
@@ -341,7 +344,8 @@ TEST_P(TestingKitTest, RetryWaitsForRetryInfo) {
 
   ASSERT_TRUE(GetBalance(stub_.get()).ok());
 
-  std::vector<RecordedAttempt> attempts = faults_.recorder().Attempts(kGetBalance);
+  std::vector<RecordedAttempt> attempts =
+      faults_.recorder().Attempts(kGetBalance);
   ASSERT_EQ(attempts.size(), 2u);
   EXPECT_GE(attempts[1].arrival - attempts[0].arrival, absl::Milliseconds(300));
 }
@@ -375,8 +379,7 @@ TEST_P(TestingKitTest, DelayedAttemptCutByItsTimeoutNeverReachesTheService) {
   // GetBalance's perAttemptTimeout is 0.3 s: the first attempt times out
   // while held back, the second passes.
   ASSERT_TRUE(
-      faults_.SetRule(FaultRule::Delay(kGetBalance, 1, absl::Seconds(3)))
-          .ok());
+      faults_.SetRule(FaultRule::Delay(kGetBalance, 1, absl::Seconds(3))).ok());
   const absl::Time start = absl::Now();
   grpc::Status status = GetBalance(stub_.get());
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -466,8 +469,8 @@ TEST_P(TestingKitTest, ArrivalsAreStampedByTheInjectedClock) {
   FakeClock clock(absl::FromUnixSeconds(1700000000));
   FaultInjector faults(FaultInjector::Options{&clock});
   ASSERT_TRUE(faults.Start(server_->InProcessChannel({})).ok());
-  auto stub = Payments::NewStub(
-      grpc::CreateChannel(faults.address(), grpc::InsecureChannelCredentials()));
+  auto stub = Payments::NewStub(grpc::CreateChannel(
+      faults.address(), grpc::InsecureChannelCredentials()));
   ASSERT_TRUE(GetBalance(stub.get()).ok());
   clock.Advance(absl::Seconds(5));
   ASSERT_TRUE(GetBalance(stub.get()).ok());
@@ -502,9 +505,9 @@ TEST(FaultRuleTest, BadRulesAreRefusedWithTheField) {
             "FaultRule /pkg.Svc/M: attempts: must be at least 1, got -2");
   EXPECT_EQ(message(FaultRule::Fail("/pkg.Svc/M", 1, grpc::StatusCode::OK)),
             "FaultRule /pkg.Svc/M: code: OK is not a failure");
-  EXPECT_EQ(message(FaultRule::ApplyThenFail("/pkg.Svc/M", 1,
-                                             grpc::StatusCode::OK)),
-            "FaultRule /pkg.Svc/M: code: OK is not a failure");
+  EXPECT_EQ(
+      message(FaultRule::ApplyThenFail("/pkg.Svc/M", 1, grpc::StatusCode::OK)),
+      "FaultRule /pkg.Svc/M: code: OK is not a failure");
   EXPECT_EQ(message(FaultRule::Fail("/pkg.Svc/M", 1,
                                     static_cast<grpc::StatusCode>(17))),
             "FaultRule /pkg.Svc/M: code: 17 is not a gRPC status code");
@@ -515,7 +518,8 @@ TEST(FaultRuleTest, BadRulesAreRefusedWithTheField) {
             "do nothing");
   FaultRule rule = FaultRule::Delay("/pkg.Svc/M", 1, absl::Seconds(1));
   rule.pushback_ms = 10;
-  EXPECT_EQ(message(rule), "FaultRule /pkg.Svc/M: pushback_ms: needs a failure");
+  EXPECT_EQ(message(rule),
+            "FaultRule /pkg.Svc/M: pushback_ms: needs a failure");
   rule = FaultRule::Fail("/pkg.Svc/M", 1);
   rule.retry_info = absl::Seconds(-1);
   EXPECT_EQ(message(rule),
@@ -554,8 +558,8 @@ TEST(FaultInjectorTest, StartRefusesBadInput) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
 
   // A backend that is down: its failure reaches the client as it is.
-  auto stub = Payments::NewStub(
-      grpc::CreateChannel(faults.address(), grpc::InsecureChannelCredentials()));
+  auto stub = Payments::NewStub(grpc::CreateChannel(
+      faults.address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   BalanceRequest req;
   Balance reply;
@@ -572,9 +576,9 @@ class PassThroughTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(backend_.ok());
-    ASSERT_TRUE(faults_.Start(grpc::CreateChannel(
-                                  backend_.address(),
-                                  grpc::InsecureChannelCredentials()))
+    ASSERT_TRUE(faults_
+                    .Start(grpc::CreateChannel(
+                        backend_.address(), grpc::InsecureChannelCredentials()))
                     .ok());
     stub_ = rpcguard::testing::v1::FaultService::NewStub(grpc::CreateChannel(
         faults_.address(), grpc::InsecureChannelCredentials()));
@@ -638,11 +642,11 @@ TEST_F(PassThroughTest, StreamsPassAndCanBeFailed) {
   EXPECT_TRUE(reader->Finish().ok());
   EXPECT_EQ(replies, 3);
 
-  ASSERT_TRUE(faults_
-                  .SetRule(FaultRule::Fail(
-                      "/rpcguard.testing.v1.FaultService/Watch", 1,
-                      grpc::StatusCode::RESOURCE_EXHAUSTED))
-                  .ok());
+  ASSERT_TRUE(
+      faults_
+          .SetRule(FaultRule::Fail("/rpcguard.testing.v1.FaultService/Watch", 1,
+                                   grpc::StatusCode::RESOURCE_EXHAUSTED))
+          .ok());
   grpc::ClientContext ctx2;
   reader = stub_->Watch(&ctx2, req);
   EXPECT_FALSE(reader->Read(&reply));

@@ -55,8 +55,8 @@ std::optional<absl::Duration> ParseRetryInfo(absl::string_view status_details) {
 std::string RetryInfoStatusDetails(int code, absl::string_view message,
                                    absl::Duration retry_delay) {
   retry_delay = std::max(retry_delay, absl::ZeroDuration());
-  const int64_t seconds = absl::IDivDuration(retry_delay, absl::Seconds(1),
-                                             &retry_delay);
+  const int64_t seconds =
+      absl::IDivDuration(retry_delay, absl::Seconds(1), &retry_delay);
   rpcguard::internal::v1::RetryInfo info;
   info.mutable_retry_delay()->set_seconds(seconds);
   info.mutable_retry_delay()->set_nanos(

@@ -91,8 +91,8 @@ absl::Status ValidateFaultRule(const FaultRule& rule) {
     return absl::InvalidArgumentError(absl::StrCat(where, what));
   };
   if (rule.attempts < 1) {
-    return error(absl::StrCat("attempts: must be at least 1, got ",
-                              rule.attempts));
+    return error(
+        absl::StrCat("attempts: must be at least 1, got ", rule.attempts));
   }
   if (rule.count_by != FaultRule::CountBy::kIdempotencyKey &&
       rule.count_by != FaultRule::CountBy::kAttemptHeader) {
@@ -453,9 +453,8 @@ absl::Status FaultInjector::Start(std::shared_ptr<grpc::Channel> backend,
   }
   absl::MutexLock lock(&core_->server_mu);
   if (core_->server != nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("FaultInjector::Start: already started on 127.0.0.1:",
-                     core_->port));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FaultInjector::Start: already started on 127.0.0.1:", core_->port));
   }
   core_->stub = std::make_unique<grpc::GenericStub>(std::move(backend));
   core_->front = std::make_unique<Front>(core_.get());

@@ -39,9 +39,9 @@ namespace testing {
 
 // What a FaultInjector did to an attempt.
 enum class InjectedFault {
-  kNone,             // passed on untouched
-  kDelayed,          // passed on after a delay
-  kFailed,           // failed before your service saw it
+  kNone,               // passed on untouched
+  kDelayed,            // passed on after a delay
+  kFailed,             // failed before your service saw it
   kAppliedThenFailed,  // your service handled it; its reply was replaced
 };
 
@@ -143,7 +143,8 @@ class Recorder {
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  RecordedAttempt* Find(const Handle& handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RecordedAttempt* Find(const Handle& handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   mutable absl::Mutex mu_;
