@@ -481,6 +481,45 @@ TEST_P(TestingKitTest, ArrivalsAreStampedByTheInjectedClock) {
   EXPECT_EQ(faults.recorder().total_attempts(), 2);
 }
 
+TEST_P(TestingKitTest, OneFakeClockDrivesRpcguardAndTheRecorder) {
+  const absl::Time t0 = absl::FromUnixSeconds(1800000000);
+  FakeClock clock(t0);
+  FaultInjector faults(FaultInjector::Options{&clock});
+  ASSERT_TRUE(faults.Start(server_->InProcessChannel({})).ok());
+  ASSERT_TRUE(faults.SetRule(FaultRule::Fail(kCharge, 1)).ok());
+
+  absl::Mutex mu;
+  std::vector<TraceEvent> events;
+  Options options;
+  options.config = *Config::FromJson(kConfig);
+  options.breaker_registry = *BreakerRegistry::Create({});
+  options.clock = &clock;
+  options.trace_sink = std::make_shared<CallbackSink>([&](const TraceEvent& e) {
+    absl::MutexLock lock(&mu);
+    events.push_back(e);
+  });
+  auto channel = CreateChannel(faults.address(),
+                               grpc::InsecureChannelCredentials(), options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = Payments::NewStub(*channel);
+
+  clock.Advance(absl::Minutes(5));
+  grpc::Status status = Charge(stub.get(), 10);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  // The clock stood still while the call retried: every timestamp is the
+  // fake one, on both sides.
+  std::vector<RecordedAttempt> attempts = faults.recorder().Attempts(kCharge);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].arrival, t0 + absl::Minutes(5));
+  EXPECT_EQ(attempts[1].arrival, t0 + absl::Minutes(5));
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(events.size(), 2u);  // the retried attempt and the final one
+  for (const TraceEvent& e : events) {
+    EXPECT_EQ(e.time, t0 + absl::Minutes(5));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(ServerApis, TestingKitTest,
                          ::testing::Values(ServerApi::kSync,
                                            ServerApi::kCallback),
