@@ -8,8 +8,8 @@
 //
 // Meant to run under ThreadSanitizer (`--config=tsan`): it creates no gRPC
 // objects (Debian's gRPC is not instrumented), and its clock is atomics
-// rather than FakeClock, whose absl::Mutex comes from Debian's
-// uninstrumented abseil and is invisible to TSan.
+// rather than FakeClock's lock, so that the clock adds no synchronization
+// between threads that could hide a race in the breaker.
 
 #include <atomic>
 #include <cstdint>

@@ -20,8 +20,8 @@
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
+#include "rpcguard/testing/fake_clock.h"
 #include "tests/testing/breaker_test_peer.h"
-#include "tests/testing/fake_clock.h"
 
 namespace rpcguard {
 

@@ -10,7 +10,7 @@
 
 #include <chrono>
 
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace internal {

@@ -26,7 +26,7 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/internal/factory_state.h"
 #include "rpcguard/rpcguard.h"
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/sanitizers.h"
 

@@ -23,7 +23,7 @@
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/internal/factory_state.h"
 #include "rpcguard/observability/stats.h"
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace {

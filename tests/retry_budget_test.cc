@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "rpcguard/destination/retry_throttle.h"
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace {

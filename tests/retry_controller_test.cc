@@ -20,7 +20,7 @@
 #include "rpcguard/decision/backoff.h"
 #include "rpcguard/decision/policy.h"
 #include "rpcguard/decision/status_class.h"
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace {

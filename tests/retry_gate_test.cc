@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "tests/testing/fake_clock.h"
+#include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace {

@@ -51,6 +51,19 @@ TEST(ParseRetryInfoTest, NoHintWhenAbsentOrMalformed) {
   }
 }
 
+TEST(RetryInfoStatusDetailsTest, ParsesBackToItsDelayCodeAndMessage) {
+  const std::string details =
+      RetryInfoStatusDetails(14, "busy", absl::Milliseconds(1250));
+  EXPECT_EQ(ParseRetryInfo(details), absl::Milliseconds(1250));
+  rpcguard::internal::v1::RpcStatus status;
+  ASSERT_TRUE(status.ParseFromString(details));
+  EXPECT_EQ(status.code(), 14);
+  EXPECT_EQ(status.message(), "busy");
+  // A negative delay is sent as zero, never as a malformed Duration.
+  EXPECT_EQ(ParseRetryInfo(RetryInfoStatusDetails(14, "", absl::Seconds(-3))),
+            absl::ZeroDuration());
+}
+
 TEST(ParsePushbackTest, A6Rules) {
   EXPECT_EQ(ParsePushback("250").kind, Pushback::Kind::kRetryAfter);
   EXPECT_EQ(ParsePushback("250").delay, absl::Milliseconds(250));

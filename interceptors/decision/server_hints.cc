@@ -52,4 +52,22 @@ std::optional<absl::Duration> ParseRetryInfo(absl::string_view status_details) {
   return std::nullopt;
 }
 
+std::string RetryInfoStatusDetails(int code, absl::string_view message,
+                                   absl::Duration retry_delay) {
+  retry_delay = std::max(retry_delay, absl::ZeroDuration());
+  const int64_t seconds =
+      absl::IDivDuration(retry_delay, absl::Seconds(1), &retry_delay);
+  rpcguard::internal::v1::RetryInfo info;
+  info.mutable_retry_delay()->set_seconds(seconds);
+  info.mutable_retry_delay()->set_nanos(
+      static_cast<int32_t>(absl::ToInt64Nanoseconds(retry_delay)));
+  rpcguard::internal::v1::RpcStatus status;
+  status.set_code(code);
+  status.set_message(std::string(message));
+  google::protobuf::Any* any = status.add_details();
+  any->set_type_url("type.googleapis.com/google.rpc.RetryInfo");
+  any->set_value(info.SerializeAsString());
+  return status.SerializeAsString();
+}
+
 }  // namespace rpcguard

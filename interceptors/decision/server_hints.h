@@ -10,6 +10,7 @@
 #define RPCGUARD_DECISION_SERVER_HINTS_H_
 
 #include <optional>
+#include <string>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -36,6 +37,13 @@ Pushback ParsePushback(absl::string_view value);
 // grpc::Status::error_details() holds). Returns nullopt when there is none or
 // the bytes are malformed; a negative delay is malformed.
 std::optional<absl::Duration> ParseRetryInfo(absl::string_view status_details);
+
+// The inverse of ParseRetryInfo, for servers and tests: serialized
+// google.rpc.Status bytes of `code` and `message` with one RetryInfo detail
+// of `retry_delay` (clamped at zero), to send as grpc::Status's
+// error_details.
+std::string RetryInfoStatusDetails(int code, absl::string_view message,
+                                   absl::Duration retry_delay);
 
 }  // namespace rpcguard
 

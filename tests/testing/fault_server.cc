@@ -10,8 +10,8 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "proto/rpcguard/internal/v1/rpc_status.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/decision/server_hints.h"
 
 namespace rpcguard {
 namespace testing {
@@ -248,21 +248,14 @@ class FaultServer::Impl final
                            ? req->fail_code()
                            : static_cast<int>(grpc::StatusCode::UNAVAILABLE);
       std::string details = req->status_details();
+      const std::string message =
+          absl::StrCat("injected failure on attempt ", attempt);
       if (details.empty() && req->retry_info_ms() > 0) {
-        rpcguard::internal::v1::RetryInfo info;
-        info.mutable_retry_delay()->set_seconds(req->retry_info_ms() / 1000);
-        info.mutable_retry_delay()->set_nanos((req->retry_info_ms() % 1000) *
-                                              1000000);
-        rpcguard::internal::v1::RpcStatus rpc_status;
-        rpc_status.set_code(code);
-        google::protobuf::Any* any = rpc_status.add_details();
-        any->set_type_url("type.googleapis.com/google.rpc.RetryInfo");
-        any->set_value(info.SerializeAsString());
-        details = rpc_status.SerializeAsString();
+        details = RetryInfoStatusDetails(
+            code, message, absl::Milliseconds(req->retry_info_ms()));
       }
-      status = grpc::Status(
-          static_cast<grpc::StatusCode>(code),
-          absl::StrCat("injected failure on attempt ", attempt), details);
+      status =
+          grpc::Status(static_cast<grpc::StatusCode>(code), message, details);
       if (!req->pushback_ms().empty()) {
         ctx->AddTrailingMetadata("grpc-retry-pushback-ms", req->pushback_ms());
       }
