@@ -19,10 +19,10 @@
 // `rpcguard-attempt` (1, 2, ...). The caller's trailing metadata gains
 // `rpcguard-attempts` (the number of attempts made).
 //
-// Limits of gRPC 1.51's interceptor API (documented in README.md): the
-// caller's wait_for_ready, authority and parent-call propagation cannot be
-// read from its ClientContext, so attempts do not inherit them; use the
-// config's `waitForReady` per method instead.
+// gRPC's interceptor API cannot read the caller's wait_for_ready, authority
+// and parent call from its ClientContext: on gRPC 1.51 rpcguard reads them
+// from its private members and every attempt inherits them; built for
+// another gRPC, attempts lose them (README, "gRPC versions").
 
 #ifndef RPCGUARD_CHANNEL_H_
 #define RPCGUARD_CHANNEL_H_
