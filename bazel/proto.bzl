@@ -2,6 +2,8 @@
 grpc_cpp_plugin (Bazel's native proto rules need @com_google_protobuf, which
 cannot be fetched offline)."""
 
+load(":copts.bzl", "RPCGUARD_COPTS")
+
 # Where rpcguard's own files are in the execroot: "" in rpcguard's workspace,
 # "external/<name>" when another workspace uses rpcguard as a repository.
 _RPCGUARD_ROOT = Label("//proto:include_root").workspace_root
@@ -71,10 +73,12 @@ def cc_grpc_proto(name, srcs, deps = [], grpc = True, **kwargs):
         srcs = srcs + [d + "_srcs" for d in deps],
         visibility = kwargs.get("visibility"),
     )
+    copts = RPCGUARD_COPTS + kwargs.pop("copts", [])
     native.cc_library(
         name = name,
+        copts = copts,
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
-        deps = deps + [Label("//proto:include_root"), "@system//:grpc"],
+        deps = deps + [Label("//proto:include_root"), "@rpcguard_system//:grpc"],
         **kwargs
     )

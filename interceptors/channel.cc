@@ -2,16 +2,45 @@
 
 #include "rpcguard/channel.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/version_info.h>
+
+#include <mutex>
 
 #include "absl/strings/string_view.h"
 #include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/grpc_1_51_context.h"
 #include "rpcguard/internal/retry_interceptor.h"
 
 namespace rpcguard {
+namespace {
+
+// Built without gRPC 1.51's fast paths, attempts lose what gRPC's public API
+// hides, and no call tells rpcguard whether it set any of it: said once per
+// process rather than dropped silently (README, "gRPC versions").
+void SayWhatAttemptsLose() {
+  if (internal::ContextAccessKnowsThisGrpc()) return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Before grpc_init, gpr_log drops everything until this has read
+    // GRPC_VERBOSITY (which it honours).
+    gpr_log_verbosity_init();
+    gpr_log(GPR_ERROR,
+            "rpcguard: built for gRPC " GRPC_CPP_VERSION_STRING
+            " without gRPC 1.51's fast paths: "
+            "calls rpcguard may retry do not carry the caller's "
+            "set_authority or parent call (ClientContext::FromServerContext), "
+            "and their auth_context() and debug_error_string() are empty; "
+            "see README, \"gRPC versions\"");
+  });
+}
+
+}  // namespace
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
 MakeInterceptorFactory(Options options) {
+  SayWhatAttemptsLose();
   auto state = std::make_shared<internal::FactoryState>(std::move(options));
   state->Init(state);
   return internal::NewRetryInterceptorFactory(std::move(state));

@@ -19,10 +19,11 @@
 // `rpcguard-attempt` (1, 2, ...). The caller's trailing metadata gains
 // `rpcguard-attempts` (the number of attempts made).
 //
-// Limits of gRPC 1.51's interceptor API (documented in README.md): the
-// caller's wait_for_ready, authority and parent-call propagation cannot be
-// read from its ClientContext, so attempts do not inherit them; use the
-// config's `waitForReady` per method instead.
+// gRPC's interceptor API cannot read the caller's wait_for_ready, authority
+// and parent call from its ClientContext: on gRPC 1.51 rpcguard reads them
+// from its private members and every attempt inherits them; built for
+// another gRPC, attempts lose them (README, "gRPC versions"), which the
+// first MakeInterceptorFactory or CreateChannel logs once (gpr_log, ERROR).
 
 #ifndef RPCGUARD_CHANNEL_H_
 #define RPCGUARD_CHANNEL_H_
@@ -135,11 +136,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 // The process-wide Stats that Options::stats defaults to. Never null.
 std::shared_ptr<Stats> DefaultStats();
 
-// Marks a call made through grpc::GenericStub with grpc::ByteBuffer messages,
-// so rpcguard passes it through untouched (never retried). Needed only for
-// such calls to methods the config declares retriable: gRPC's interceptor API
-// does not say what type the caller's response object has. Call before the
-// RPC starts.
+// Marks a call so that rpcguard passes it through untouched (never retried).
+// Needed for calls made through grpc::GenericStub with grpc::ByteBuffer
+// messages to methods the config declares retriable: gRPC's interceptor API
+// does not say what type the caller's response object has. Built for a gRPC
+// other than 1.51, also for a call that must keep its set_authority or
+// parent call (README, "gRPC versions"). Call before the RPC starts.
 void MarkPassThrough(grpc::ClientContext* context);
 
 }  // namespace rpcguard

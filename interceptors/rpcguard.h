@@ -22,6 +22,13 @@
 #ifndef RPCGUARD_RPCGUARD_H_
 #define RPCGUARD_RPCGUARD_H_
 
+// Before any include, so that it is the first error a C++14 build meets
+// (clang 14's default; GCC 11 and later default to C++17).
+#if !defined(__cplusplus) || __cplusplus < 201703L
+#error \
+    "rpcguard needs C++17: with Bazel, add `build --cxxopt=-std=c++17 --host_cxxopt=-std=c++17` to your .bazelrc; otherwise compile with -std=c++17"
+#endif
+
 #include "rpcguard/channel.h"               // IWYU pragma: export
 #include "rpcguard/clock.h"                 // IWYU pragma: export
 #include "rpcguard/config.h"                // IWYU pragma: export

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/version_info.h>
 #include <gtest/gtest.h>
@@ -27,13 +28,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/internal/parent_watch.h"
+#include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
 namespace internal {
@@ -64,6 +68,39 @@ TEST(ContextAccessVersionTest, WrittenForThisGrpc) {
          "extend its version gate.";
 }
 #endif
+
+// What gpr_log handed to Capture that rpcguard said; null when not
+// capturing.
+std::vector<std::string>* said = nullptr;
+
+void Capture(gpr_log_func_args* args) {
+  if (said != nullptr && absl::StartsWith(args->message, "rpcguard:")) {
+    said->push_back(args->message);
+  }
+}
+
+// What attempts lose without the fast paths is said once per process, at the
+// first factory; with them nothing is lost, and nothing is said. The first
+// rpcguard factory of this test binary: no other test here makes one.
+TEST(ContextAccessTest, WhatAttemptsLoseIsSaidOnce) {
+  std::vector<std::string> lines;
+  said = &lines;
+  // Whatever GRPC_VERBOSITY says.
+  gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+  gpr_set_log_function(&Capture);
+  MakeInterceptorFactory(Options());
+  MakeInterceptorFactory(Options());
+  gpr_set_log_function(nullptr);  // gRPC's own again
+  said = nullptr;
+  if (kFastPaths) {
+    EXPECT_TRUE(lines.empty()) << lines[0];
+    return;
+  }
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(
+      lines[0], "do not carry the caller's set_authority or parent call"))
+      << lines[0];
+}
 
 TEST(ContextAccessTest, ReadsNothingFromAFreshContext) {
   grpc::ClientContext ctx;

@@ -21,7 +21,7 @@ def rpcguard_fuzzer(name, deps):
     native.cc_test(
         name = name + "_corpus_test",
         srcs = [name + "_fuzzer.cc", "corpus_test.cc"],
-        deps = deps + ["@system//:gtest_main"],
+        deps = deps + ["@rpcguard_system//:gtest_main"],
         data = native.glob(["corpus/" + name + "/**"]),
         local_defines = ['RPCGUARD_CORPUS_DIR=\\"tests/fuzz/corpus/' + name + '\\"'],
     )

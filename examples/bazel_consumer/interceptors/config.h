@@ -13,33 +13,23 @@
     "interceptors/config.h (the application's) included by another header: does an rpcguard header use a generic \"interceptors/...\" path instead of \"rpcguard/...\"?"
 #endif
 
-#ifndef CONSUMER_INTERCEPTORS_CONFIG_H_
-#define CONSUMER_INTERCEPTORS_CONFIG_H_
+#ifndef ORDERS_APP_INTERCEPTORS_CONFIG_H_
+#define ORDERS_APP_INTERCEPTORS_CONFIG_H_
 
+#include <chrono>
 #include <string>
 
 namespace app {
 
 struct Config {
-  // rpcguard's per-method policies, in gRPC's service-config JSON.
-  std::string retry_json;
-  // How many attempts the test server fails with UNAVAILABLE before it
-  // answers.
-  int failures_before_success = 1;
-  std::string greeting = "hello";
+  // How many attempts of each call the test server fails with UNAVAILABLE
+  // before it answers.
+  int failures_per_call = 1;
+  // Each call's deadline.
+  std::chrono::seconds deadline{10};
+  std::string item = "widget";
 };
-
-inline Config DefaultConfig() {
-  Config config;
-  config.retry_json = R"({
-    "methodConfig": [{
-      "name": [{"service": "consumer.echo.v1.Echo"}],
-      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s",
-                      "maxBackoff": "0.05s", "backoffMultiplier": 2,
-                      "retryableStatusCodes": ["UNAVAILABLE"]}}]})";
-  return config;
-}
 
 }  // namespace app
 
-#endif  // CONSUMER_INTERCEPTORS_CONFIG_H_
+#endif  // ORDERS_APP_INTERCEPTORS_CONFIG_H_
