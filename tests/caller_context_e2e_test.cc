@@ -48,7 +48,9 @@ using ::rpcguard::testing::v1::FaultService;
 
 // Get retries at once; Put waits 1.6 to 2.4 s before its retry, long enough
 // for a parent's deadline or cancel to land in the backoff; Charge has a
-// per-attempt timeout.
+// per-attempt timeout; HedgedCharge is hedged (KEYED in its .proto), its
+// failures non-fatal, so a server's pushback makes it wait with no copy in
+// flight.
 constexpr char kConfig[] = R"json({"methodConfig": [
   {"name": [{"service": "rpcguard.testing.v1.FaultService", "method": "Get"}],
    "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.02s",
@@ -64,7 +66,11 @@ constexpr char kConfig[] = R"json({"methodConfig": [
    "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.02s",
                    "maxBackoff": "0.05s", "backoffMultiplier": 2,
                    "retryableStatusCodes": ["UNAVAILABLE"]},
-   "rpcguard": {"idempotency": "KEYED", "perAttemptTimeout": "2s"}}]})json";
+   "rpcguard": {"idempotency": "KEYED", "perAttemptTimeout": "2s"}},
+  {"name": [{"service": "rpcguard.testing.v1.FaultService",
+             "method": "HedgedCharge"}],
+   "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.05s",
+                     "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})json";
 
 constexpr char kAuthority[] = "fault.example.test";
 
@@ -326,6 +332,10 @@ class Middle final : public FaultService::Service {
                       FaultReply* reply) override {
     return Forward(Method::kCharge, ctx, req, reply);
   }
+  grpc::Status HedgedCharge(grpc::ServerContext* ctx, const FaultRequest* req,
+                            FaultReply* reply) override {
+    return Forward(Method::kHedgedCharge, ctx, req, reply);
+  }
 
  private:
   grpc::Status Forward(Method m, grpc::ServerContext* ctx,
@@ -522,6 +532,25 @@ TEST_P(ParentCallE2ETest, ParentCancelEndsABackoff) {
   req.set_fail_first(1);
   const Middle::Result r =
       Upstream(Method::kPut, req, absl::Seconds(10), absl::Milliseconds(300));
+  if (!kFastPaths) {
+    ExpectParentUnseen(r, req, grpc::StatusCode::OK, 2);
+    return;
+  }
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED)
+      << r.status.error_message();
+  EXPECT_LT(r.took, absl::Milliseconds(1200));
+  EXPECT_EQ(backend_.Op(req.op_id()).attempts, 1);
+}
+
+// A hedged call whose first copy failed with a 2 s pushback waits with no
+// copy in flight (no copy carries the parent): the parent's cancel must
+// still end it, through the watch on the parent.
+TEST_P(ParentCallE2ETest, ParentCancelEndsAHedgedCallsPushbackWait) {
+  FaultRequest req = Request("parent-cancel-hedged-pushback");
+  req.set_fail_first(1);
+  req.set_pushback_ms("2000");
+  const Middle::Result r = Upstream(Method::kHedgedCharge, req,
+                                    absl::Seconds(10), absl::Milliseconds(300));
   if (!kFastPaths) {
     ExpectParentUnseen(r, req, grpc::StatusCode::OK, 2);
     return;

@@ -26,7 +26,7 @@ using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
 
 enum class StubKind { kSync, kAsync, kCallback, kReactor };
-enum class Method { kGet, kPut, kCharge, kCreate };
+enum class Method { kGet, kPut, kCharge, kCreate, kHedgedCharge };
 
 inline std::string KindName(StubKind k) {
   switch (k) {
@@ -67,6 +67,9 @@ class SyncCall final : public PendingCall {
         case Method::kCreate:
           status_ = stub->Create(ctx, req, reply);
           break;
+        case Method::kHedgedCharge:
+          status_ = stub->HedgedCharge(ctx, req, reply);
+          break;
       }
     });
   }
@@ -96,6 +99,9 @@ class AsyncCall final : public PendingCall {
         break;
       case Method::kCreate:
         rpc_ = stub->AsyncCreate(ctx, req, &cq_);
+        break;
+      case Method::kHedgedCharge:
+        rpc_ = stub->AsyncHedgedCharge(ctx, req, &cq_);
         break;
     }
     rpc_->Finish(reply, &status_, this);
@@ -140,6 +146,9 @@ class CallbackCall final : public PendingCall {
       case Method::kCreate:
         async->Create(ctx, &req_, reply, done);
         break;
+      case Method::kHedgedCharge:
+        async->HedgedCharge(ctx, &req_, reply, done);
+        break;
     }
   }
   grpc::Status Wait() override {
@@ -172,6 +181,9 @@ class ReactorCall final : public PendingCall, public grpc::ClientUnaryReactor {
         break;
       case Method::kCreate:
         async->Create(ctx, &req_, reply, this);
+        break;
+      case Method::kHedgedCharge:
+        async->HedgedCharge(ctx, &req_, reply, this);
         break;
     }
     StartCall();
