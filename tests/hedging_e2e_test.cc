@@ -410,8 +410,9 @@ TEST(HedgingTraceTest, LinesNameTheCopies) {
     EXPECT_EQ(events[2].copy, 2);
     EXPECT_TRUE(events[2].cancelled.empty());
   }
-  const MethodStatsSnapshot* m = options.stats->Snapshot().FindMethod(
-      "/rpcguard.testing.v1.FaultService/Get");
+  const StatsSnapshot snap = options.stats->Snapshot();
+  const MethodStatsSnapshot* m =
+      snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->calls, 2u);
   EXPECT_EQ(m->attempts_per_call.sum, 4);
