@@ -17,6 +17,7 @@ def _quote(flags):
 def _system_libs_impl(ctx):
     ctx.symlink("/usr/include", "include")
     grpc_libs = _pkg_config(ctx, ["--libs", "grpc++", "protobuf"])
+    gpr_libs = _pkg_config(ctx, ["--libs", "gpr"])
     absl_libs = _pkg_config(ctx, [
         "--libs",
         "absl_status",
@@ -43,6 +44,13 @@ cc_library(
     linkopts = {grpc_libs},
 )
 
+# gRPC's support library alone (its clocks), for code that must not pull in
+# gRPC itself.
+cc_library(
+    name = "gpr",
+    linkopts = {gpr_libs},
+)
+
 cc_library(
     name = "absl",
     linkopts = {absl_libs},
@@ -67,7 +75,11 @@ cc_library(
     name = "benchmark_main",
     linkopts = ["-lbenchmark_main", "-lbenchmark", "-lpthread"],
 )
-""".format(grpc_libs = _quote(grpc_libs), absl_libs = _quote(absl_libs)))
+""".format(
+        grpc_libs = _quote(grpc_libs),
+        gpr_libs = _quote(gpr_libs),
+        absl_libs = _quote(absl_libs),
+    ))
 
 system_libs = repository_rule(
     implementation = _system_libs_impl,

@@ -78,10 +78,11 @@ using CredentialRefresher = std::function<void(
 struct Options {
   // Per-method policies.
   Config config;
-  // Time for rpcguard's decisions (deadline and backoff arithmetic, trace
-  // timestamps); must outlive every call. gRPC's own deadlines and timers
-  // always run on the real clock (rpcguard converts by the time remaining),
-  // and breakers and budgets use their registry's clock
+  // Time for rpcguard's decisions (deadline and backoff arithmetic, hedge
+  // timers: its monotonic time) and trace timestamps (its wall time); must
+  // outlive every call. gRPC's own deadlines and timers always run on gRPC's
+  // real monotonic clock (rpcguard converts by the time remaining), and
+  // breakers and budgets use their registry's clock
   // (BreakerRegistry::Options). Raw pointers here, shared_ptr for sinks and
   // registries: a clock and a random source are process-lifetime objects.
   // Null is taken as the default.

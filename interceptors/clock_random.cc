@@ -1,5 +1,7 @@
 // Copyright rpcguard authors.
 
+#include <grpc/support/time.h>
+
 #include "absl/random/random.h"
 #include "absl/time/clock.h"
 #include "rpcguard/clock.h"
@@ -10,7 +12,14 @@ namespace {
 
 class RealClock final : public Clock {
  public:
-  absl::Time Now() override { return absl::Now(); }
+  // gRPC's monotonic clock itself, so that a time read here is one gRPC's
+  // timers and deadlines understand without conversion (deadline.h).
+  absl::Time MonotonicNow() override {
+    const gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    return absl::UnixEpoch() + absl::Seconds(now.tv_sec) +
+           absl::Nanoseconds(now.tv_nsec);
+  }
+  absl::Time WallNow() override { return absl::Now(); }
 };
 
 class ThreadLocalRandom final : public Random {

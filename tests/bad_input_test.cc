@@ -504,15 +504,17 @@ TEST_F(BadInputTest, DeadlineBeyondSystemClockRangeWorks) {
   }
 }
 
-// A Clock whose first reading comes `late` after the real time, as when the
-// thread reading it was preempted between two clock reads; real afterwards.
+// A Clock whose first monotonic reading comes `late` after the real time,
+// as when the thread reading it was preempted between two clock reads; real
+// afterwards.
 class OnceLateClock final : public Clock {
  public:
   explicit OnceLateClock(absl::Duration late) : late_(late) {}
-  absl::Time Now() override {
-    return absl::Now() +
+  absl::Time MonotonicNow() override {
+    return Clock::Real()->MonotonicNow() +
            (first_.exchange(false) ? late_ : absl::ZeroDuration());
   }
+  absl::Time WallNow() override { return absl::Now(); }
 
  private:
   const absl::Duration late_;
@@ -520,7 +522,7 @@ class OnceLateClock final : public Clock {
 };
 
 // Regression: rpcguard converted the caller's deadline to its own clock and
-// back (CallerDeadline, ToSystemTime) by reading two clocks one after the
+// back (CallerDeadline, GrpcDeadline) by reading two clocks one after the
 // other; a thread preempted between the two reads moved the attempt's
 // deadline later by as long as it was preempted (seen by the chaos test:
 // attempts 1-2 ms past their call's deadline under load, and stalls of 60 ms

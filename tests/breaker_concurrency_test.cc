@@ -42,9 +42,10 @@ constexpr int kCallsPerThread = 25000;
 // Advanced by every worker, read by the breaker: atomics only.
 class AtomicClock final : public Clock {
  public:
-  absl::Time Now() override {
+  absl::Time MonotonicNow() override {
     return absl::FromUnixNanos(ns_.load(std::memory_order_relaxed));
   }
+  absl::Time WallNow() override { return MonotonicNow(); }
   void Advance(absl::Duration d) {
     ns_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_relaxed);
   }
@@ -203,7 +204,7 @@ class BreakerConcurrencyTest : public ::testing::Test {
       } else {
         ++counts.admitted;
         if (a.probe()) ++counts.probes;
-        const int64_t ms = absl::ToUnixMillis(clock_.Now());
+        const int64_t ms = absl::ToUnixMillis(clock_.MonotonicNow());
         const bool down = (ms / 40) % 2 == 1;
         const uint32_t r = rng() % 100;
         AttemptResult result;

@@ -85,7 +85,7 @@ class BreakerTest : public ::testing::Test {
 
   // OPEN -> HALF_OPEN: waits out the open time; returns the first probe.
   Admission WaitForProbe(CircuitBreaker& breaker) {
-    clock_.Advance(breaker.Snapshot().open_until - clock_.Now());
+    clock_.Advance(breaker.Snapshot().open_until - clock_.MonotonicNow());
     const Admission probe = breaker.Admit();
     EXPECT_TRUE(probe.allowed());
     EXPECT_TRUE(probe.probe());
@@ -263,7 +263,8 @@ TEST_F(BreakerTest, NeverTripsBelowMinAttempts) {
   EXPECT_EQ(events_[0].open_time, absl::Seconds(1));
   EXPECT_FALSE(events_[0].manual);
   EXPECT_EQ(events_[0].key, kKey);
-  EXPECT_EQ(events_[0].time, clock_.Now());
+  EXPECT_EQ(events_[0].time, clock_.MonotonicNow());
+  EXPECT_EQ(events_[0].wall_time, clock_.WallNow());
 }
 
 TEST_F(BreakerTest, TripsWhenFailureRatioReachesThreshold) {
@@ -328,10 +329,40 @@ TEST_F(BreakerTest, WindowAgesOutOneBucketAtATime) {
 // ---------------------------------------------------------------------------
 // OPEN and HALF_OPEN
 
+// Open time runs on the monotonic clock: a wall-clock step (NTP, a resumed
+// VM) neither keeps an open breaker open for the step's length nor ends its
+// open time early; only the transitions' wall timestamps move.
+TEST_F(BreakerTest, AWallClockStepNeitherLengthensNorShortensTheOpenTime) {
+  for (absl::Duration step : {absl::Hours(-1), absl::Hours(1)}) {
+    events_.clear();
+    auto breaker = Make();
+    Trip(*breaker);
+    const absl::Time tripped = clock_.MonotonicNow();
+    clock_.StepWall(step);
+    Admission a = breaker->Admit();
+    EXPECT_FALSE(a.allowed()) << step;
+    EXPECT_EQ(a.next_probe(), tripped + absl::Seconds(1)) << step;
+    EXPECT_EQ(breaker->RefusalMessage(a),
+              "circuit breaker \"dns:///db:443\" is open; next probe in 1s")
+        << step;
+    clock_.Advance(absl::Milliseconds(999));
+    EXPECT_FALSE(breaker->Admit().allowed()) << step;
+    clock_.Advance(absl::Milliseconds(1));
+    const Admission probe = breaker->Admit();
+    EXPECT_TRUE(probe.allowed()) << step;
+    EXPECT_TRUE(probe.probe()) << step;
+    ASSERT_EQ(events_.size(), 2u) << step;
+    EXPECT_EQ(events_[1].time - events_[0].time, absl::Seconds(1)) << step;
+    EXPECT_EQ(events_[1].wall_time - events_[0].wall_time,
+              absl::Seconds(1) + step)
+        << step;
+  }
+}
+
 TEST_F(BreakerTest, OpenRefusesUntilTheOpenTimeHasPassed) {
   auto breaker = Make();
   Trip(*breaker);
-  const absl::Time tripped = clock_.Now();
+  const absl::Time tripped = clock_.MonotonicNow();
   Admission a = breaker->Admit();
   EXPECT_FALSE(a.allowed());
   EXPECT_EQ(a.state(), kOpen);
@@ -382,7 +413,7 @@ TEST_F(BreakerTest, HalfOpenAdmitsAtMostNProbes) {
   const Admission p4 = breaker->Admit();  // N + 1
   EXPECT_FALSE(p4.allowed());
   EXPECT_EQ(p4.state(), kHalfOpen);
-  EXPECT_EQ(p4.next_probe(), clock_.Now());
+  EXPECT_EQ(p4.next_probe(), clock_.MonotonicNow());
   EXPECT_EQ(breaker->RefusalMessage(p4),
             "circuit breaker \"dns:///db:443\" is half_open; 3 probes in "
             "flight");
@@ -460,7 +491,8 @@ TEST_F(BreakerTest, AProbeFailureReopens) {
                                    "half_open->open"));
   EXPECT_EQ(events_[2].reason, "probe failed");
   EXPECT_EQ(events_[2].open_time, absl::Seconds(2));
-  EXPECT_EQ(breaker->Snapshot().open_until, clock_.Now() + absl::Seconds(2));
+  EXPECT_EQ(breaker->Snapshot().open_until,
+            clock_.MonotonicNow() + absl::Seconds(2));
 }
 
 TEST_F(BreakerTest, ResultsFromAnEarlierStatePeriodChangeNothing) {
@@ -502,7 +534,7 @@ TEST_F(BreakerTest, ProbesThatNeverReportAreReclaimedAfterProbeTimeout) {
   const Admission a = breaker->Admit();
   EXPECT_FALSE(a.allowed());
   EXPECT_EQ(a.state(), kOpen);
-  EXPECT_EQ(a.next_probe(), clock_.Now() + absl::Seconds(2));
+  EXPECT_EQ(a.next_probe(), clock_.MonotonicNow() + absl::Seconds(2));
   EXPECT_EQ(breaker->state(), kOpen);
   EXPECT_EQ(events_.back().reason, "no probe reported within 10s");
   EXPECT_EQ(Edge(events_.back()), "half_open->open");

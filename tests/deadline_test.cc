@@ -1,11 +1,12 @@
 // Copyright rpcguard authors.
 //
-// The bridge between the injected Clock and gRPC's real-clock deadlines
-// (internal/deadline.h), with a fake clock far from the real one.
+// The bridge between the injected Clock's monotonic time and gRPC's
+// monotonic deadlines (internal/deadline.h), with fake clocks far from the
+// real ones, and what a wall-clock step does to it: nothing.
 
 #include "rpcguard/internal/deadline.h"
 
-#include <grpcpp/support/time.h>
+#include <grpc/support/time.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -17,79 +18,133 @@ namespace internal {
 namespace {
 
 using ::rpcguard::testing::FakeClock;
-using std::chrono::system_clock;
 
-// How far apart two readings of the real clock may be in these tests.
-constexpr auto kSlack = std::chrono::milliseconds(500);
-
-absl::Duration Between(system_clock::time_point a, system_clock::time_point b) {
-  return absl::FromChrono(b - a);
+absl::Time FromTimespec(gpr_timespec ts) {
+  return absl::UnixEpoch() + absl::Seconds(ts.tv_sec) +
+         absl::Nanoseconds(ts.tv_nsec);
 }
 
-TEST(DeadlineTest, ToSystemTimeKeepsTheRemainingDuration) {
-  FakeClock clock;  // an hour after the epoch: nowhere near real time
-  const auto before = system_clock::now();
-  const auto t = ToSystemTime(clock.Now() + absl::Seconds(3), &clock);
-  const absl::Duration ahead = Between(before, t);
-  EXPECT_GE(ahead, absl::Seconds(3));
-  EXPECT_LT(ahead, absl::Seconds(3) + absl::FromChrono(kSlack));
+TEST(DeadlineTest, GrpcDeadlinesAreMonotonic) {
+  FakeClock clock;
+  FakeClock grpc(absl::FromUnixSeconds(5000));
+  const gpr_timespec d = GrpcDeadline(clock.MonotonicNow() + absl::Seconds(3),
+                                      &clock, absl::InfiniteFuture(), &grpc);
+  EXPECT_EQ(d.clock_type, GPR_CLOCK_MONOTONIC);
+  // The remaining duration, exactly, on gRPC's clock.
+  EXPECT_EQ(FromTimespec(d), grpc.MonotonicNow() + absl::Seconds(3));
+}
+
+TEST(DeadlineTest, OnTheRealClockTheTimeIsTakenAsItIs) {
+  Clock* real = Clock::Real();
+  const absl::Time t = real->MonotonicNow() + absl::Seconds(7);
+  EXPECT_EQ(OnGrpcClock(t, real), t);
+  EXPECT_EQ(FromTimespec(GrpcDeadline(t, real)), t);
+  // It is gRPC's own monotonic clock.
+  const absl::Time before = real->MonotonicNow();
+  const absl::Time grpc = FromTimespec(gpr_now(GPR_CLOCK_MONOTONIC));
+  const absl::Time after = real->MonotonicNow();
+  EXPECT_LE(before, grpc);
+  EXPECT_LE(grpc, after);
 }
 
 TEST(DeadlineTest, PastIsNowAndBeyondRangeIsNoDeadline) {
   FakeClock clock;
-  const auto before = system_clock::now();
-  const auto past = ToSystemTime(clock.Now() - absl::Hours(2), &clock);
-  EXPECT_GE(past, before);
-  EXPECT_LT(past, before + kSlack);
-  EXPECT_EQ(ToSystemTime(absl::InfiniteFuture(), &clock),
-            system_clock::time_point::max());
-  EXPECT_EQ(ToSystemTime(clock.Now() + absl::Hours(24 * 365 * 1000), &clock),
-            system_clock::time_point::max());
+  FakeClock grpc(absl::FromUnixSeconds(5000));
+  EXPECT_EQ(FromTimespec(GrpcDeadline(clock.MonotonicNow() - absl::Hours(2),
+                                      &clock, absl::InfiniteFuture(), &grpc)),
+            grpc.MonotonicNow());
+  const gpr_timespec inf = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  EXPECT_EQ(gpr_time_cmp(GrpcDeadline(absl::InfiniteFuture(), &clock,
+                                      absl::InfiniteFuture(), &grpc),
+                         inf),
+            0);
+  EXPECT_EQ(gpr_time_cmp(MonotonicTimespec(absl::InfiniteFuture()), inf), 0);
+  EXPECT_EQ(gpr_time_cmp(MonotonicTimespec(absl::UnixEpoch() - absl::Hours(1)),
+                         gpr_time_0(GPR_CLOCK_MONOTONIC)),
+            0);
 }
 
-TEST(DeadlineTest, NeverLaterThanTheCaller) {
+TEST(DeadlineTest, NeverLaterThanTheCap) {
   FakeClock clock;
-  gpr_timespec caller;
-  grpc::Timepoint2Timespec(system_clock::now() + std::chrono::seconds(1),
-                           &caller);
-  // Later than the caller: the caller's own deadline, exactly.
-  const gpr_timespec capped =
-      NoLaterThanCaller(clock.Now() + absl::Seconds(10), &clock, caller);
-  EXPECT_EQ(gpr_time_cmp(capped, caller), 0);
+  FakeClock grpc(absl::FromUnixSeconds(5000));
+  const absl::Time cap = grpc.MonotonicNow() + absl::Seconds(1);
+  // Later than the cap: the cap, exactly.
+  EXPECT_EQ(FromTimespec(GrpcDeadline(clock.MonotonicNow() + absl::Seconds(10),
+                                      &clock, cap, &grpc)),
+            cap);
   // Earlier: its own.
-  const gpr_timespec own =
-      NoLaterThanCaller(clock.Now() + absl::Milliseconds(100), &clock, caller);
-  EXPECT_LT(gpr_time_cmp(own, caller), 0);
-  // A caller without a deadline caps nothing.
-  const gpr_timespec unbounded =
-      NoLaterThanCaller(clock.Now() + absl::Seconds(10), &clock,
-                        gpr_inf_future(GPR_CLOCK_REALTIME));
-  EXPECT_LT(gpr_time_cmp(unbounded, gpr_inf_future(GPR_CLOCK_REALTIME)), 0);
+  EXPECT_EQ(
+      FromTimespec(GrpcDeadline(clock.MonotonicNow() + absl::Milliseconds(100),
+                                &clock, cap, &grpc)),
+      grpc.MonotonicNow() + absl::Milliseconds(100));
 }
 
-TEST(DeadlineTest, CallerDeadlineOnTheInjectedClock) {
+TEST(DeadlineTest, CallerDeadlineOnBothMonotonicClocks) {
   FakeClock clock;
+  FakeClock grpc(absl::FromUnixSeconds(5000));
+  grpc.SetWall(absl::FromUnixSeconds(2'000'000'000));
   grpc::ClientContext none;
-  EXPECT_EQ(CallerDeadline(none, &clock), absl::InfiniteFuture());
+  const CallDeadline unbounded = CallerDeadline(none, &clock, &grpc);
+  EXPECT_EQ(unbounded.on_clock, absl::InfiniteFuture());
+  EXPECT_EQ(unbounded.on_grpc, absl::InfiniteFuture());
 
-  grpc::ClientContext two_seconds;
-  two_seconds.set_deadline(system_clock::now() + std::chrono::seconds(2));
-  const absl::Duration left = CallerDeadline(two_seconds, &clock) - clock.Now();
-  EXPECT_LE(left, absl::Seconds(2));
-  EXPECT_GT(left, absl::Seconds(2) - absl::FromChrono(kSlack));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(grpc.WallNow() + absl::Seconds(2)));
+  // Exact: no real clock is read.
+  const CallDeadline d = CallerDeadline(ctx, &clock, &grpc);
+  EXPECT_EQ(d.on_clock, clock.MonotonicNow() + absl::Seconds(2));
+  EXPECT_EQ(d.on_grpc, grpc.MonotonicNow() + absl::Seconds(2));
 }
 
-TEST(DeadlineTest, TheWallClockIsInjectedToo) {
-  FakeClock clock;                                       // decisions
-  FakeClock wall(absl::FromUnixSeconds(2'000'000'000));  // gRPC's clock
+TEST(DeadlineTest, AMonotonicCallerDeadlineReadsNoWallClock) {
+  FakeClock clock;
+  FakeClock grpc(absl::FromUnixSeconds(5000));
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(wall.Now() + absl::Seconds(2)));
-  // Exact: no real clock is read.
-  EXPECT_EQ(CallerDeadline(ctx, &clock, &wall), clock.Now() + absl::Seconds(2));
-  EXPECT_EQ(ToSystemTime(clock.Now() + absl::Seconds(3), &clock, &wall),
-            absl::ToChronoTime(wall.Now() + absl::Seconds(3)));
-  wall.Advance(absl::Seconds(1));
-  EXPECT_EQ(CallerDeadline(ctx, &clock, &wall), clock.Now() + absl::Seconds(1));
+  gpr_timespec mono = MonotonicTimespec(grpc.MonotonicNow() + absl::Seconds(4));
+  ctx.set_deadline(mono);
+  grpc.StepWall(absl::Hours(-3));  // would show if the wall clock were read
+  const CallDeadline d = CallerDeadline(ctx, &clock, &grpc);
+  EXPECT_EQ(d.on_clock, clock.MonotonicNow() + absl::Seconds(4));
+  EXPECT_EQ(d.on_grpc, grpc.MonotonicNow() + absl::Seconds(4));
+}
+
+// The caller's deadline is read once, at the call's start; a wall-clock step
+// after it changes no deadline handed to gRPC.
+TEST(DeadlineTest, AWallClockStepAfterTheStartChangesNoDeadline) {
+  for (absl::Duration step : {absl::Hours(-1), absl::Seconds(30)}) {
+    FakeClock clock;
+    FakeClock grpc(absl::FromUnixSeconds(5000));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(grpc.WallNow() + absl::Seconds(3)));
+    const CallDeadline d = CallerDeadline(ctx, &clock, &grpc);
+    clock.Advance(absl::Milliseconds(500));
+    grpc.Advance(absl::Milliseconds(500));
+    clock.StepWall(step);
+    grpc.StepWall(step);
+    const gpr_timespec attempt =
+        GrpcDeadline(d.on_clock, &clock, d.on_grpc, &grpc);
+    EXPECT_EQ(FromTimespec(attempt) - grpc.MonotonicNow(),
+              absl::Milliseconds(2500))
+        << "step " << step;
+  }
+}
+
+TEST(DeadlineTest, FakeClockStepsTheWallClockAlone) {
+  FakeClock clock;
+  const absl::Time mono = clock.MonotonicNow();
+  const absl::Time wall = clock.WallNow();
+  clock.StepWall(absl::Hours(-1));
+  EXPECT_EQ(clock.MonotonicNow(), mono);
+  EXPECT_EQ(clock.WallNow(), wall - absl::Hours(1));
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(clock.MonotonicNow(), mono + absl::Seconds(2));
+  EXPECT_EQ(clock.WallNow(), wall - absl::Hours(1) + absl::Seconds(2));
+  // A monotonic clock never goes back.
+  clock.Advance(absl::Seconds(-5));
+  EXPECT_EQ(clock.MonotonicNow(), mono + absl::Seconds(2));
+  clock.SetWall(absl::FromUnixSeconds(42));
+  EXPECT_EQ(clock.WallNow(), absl::FromUnixSeconds(42));
+  EXPECT_EQ(clock.MonotonicNow(), mono + absl::Seconds(2));
 }
 
 }  // namespace

@@ -152,19 +152,36 @@ TEST(HedgeDelayTest, FixedUntilEnoughSamplesThenTheEstimateAboveTheFloor) {
 
 class HedgeControllerTest : public ::testing::Test {
  protected:
-  absl::Time Deadline(absl::Duration d) { return clock_.Now() + d; }
+  absl::Time Deadline(absl::Duration d) { return clock_.MonotonicNow() + d; }
   FakeClock clock_;
 };
+
+// Hedge timers and the deadline run on the monotonic clock: a wall-clock
+// step while a hedge is pending moves neither.
+TEST_F(HedgeControllerTest, AWallClockStepMovesNoHedgeTimer) {
+  for (absl::Duration step : {absl::Hours(-1), absl::Seconds(30)}) {
+    const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
+    HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
+    const absl::Time start = clock_.MonotonicNow();
+    EXPECT_EQ(c.Start(), start + absl::Milliseconds(30));
+    clock_.StepWall(step);
+    clock_.Advance(absl::Milliseconds(30));
+    const HedgeController::Step s = c.OnTimer(true);
+    EXPECT_TRUE(s.send) << step;
+    EXPECT_EQ(s.next_timer, start + absl::Milliseconds(60)) << step;
+    EXPECT_EQ(c.started(), 2) << step;
+  }
+}
 
 TEST_F(HedgeControllerTest, NextCopyAfterTheDelayThenTheFirstOkWins) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  EXPECT_EQ(c.Start(), clock_.Now() + absl::Milliseconds(30));
+  EXPECT_EQ(c.Start(), clock_.MonotonicNow() + absl::Milliseconds(30));
   clock_.Advance(absl::Milliseconds(30));
   HedgeController::Step s = c.OnTimer(true);
   EXPECT_TRUE(s.send);
   EXPECT_EQ(c.started(), 2);
-  EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(30));
+  EXPECT_EQ(s.next_timer, clock_.MonotonicNow() + absl::Milliseconds(30));
   // Copy 2 answers OK first: the call is decided, copy 1 is cancelled.
   clock_.Advance(absl::Milliseconds(5));
   s = c.OnCopyEnd(2, StatusCode::OK, kNone, false, true);
@@ -203,7 +220,7 @@ TEST_F(HedgeControllerTest, NonFatalFailureStartsTheNextAtOnce) {
       c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
   EXPECT_TRUE(s.send);
   EXPECT_FALSE(s.done);
-  EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(30));
+  EXPECT_EQ(s.next_timer, clock_.MonotonicNow() + absl::Milliseconds(30));
   s = c.OnCopyEnd(2, StatusCode::UNAVAILABLE, kNone, false, true);
   EXPECT_TRUE(s.send);
   // maxAttempts reached: the last failure ends the call.
@@ -250,12 +267,12 @@ TEST_F(HedgeControllerTest, PushbackDelaysTheNextCopyOrStopsThem) {
         c.OnCopyEnd(1, StatusCode::UNAVAILABLE, wait, false, true);
     EXPECT_FALSE(s.send);
     EXPECT_FALSE(s.done);
-    EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(200));
+    EXPECT_EQ(s.next_timer, clock_.MonotonicNow() + absl::Milliseconds(200));
     // An early timer (the old one at 30 ms) sends nothing.
     clock_.Advance(absl::Milliseconds(30));
     s = c.OnTimer(true);
     EXPECT_FALSE(s.send);
-    EXPECT_EQ(s.next_timer, clock_.Now() + absl::Milliseconds(170));
+    EXPECT_EQ(s.next_timer, clock_.MonotonicNow() + absl::Milliseconds(170));
     clock_.Advance(absl::Milliseconds(170));
     EXPECT_TRUE(c.OnTimer(true).send);
   }

@@ -231,6 +231,23 @@ TEST(RetryBudgetTest, FreeRetriesAlwaysPassAndCostNothing) {
   EXPECT_EQ(RetryChargeName(RetryCharge::kUpFront), "up_front");
 }
 
+// The window runs on the monotonic clock: a wall-clock step forward (NTP, a
+// resumed VM) neither empties it nor, stepped back, keeps it full.
+TEST(RetryBudgetTest, AWallClockStepLeavesTheWindowAlone) {
+  FakeClock clock;
+  auto budget = MakeBudget(RatioOnly(0.2), &clock);
+  RecordFirstAttempts(*budget, 100);
+  EXPECT_EQ(DrainRetries(*budget), 20);
+  clock.StepWall(absl::Hours(1));
+  EXPECT_EQ(budget->Snapshot().first_attempts, 100);
+  EXPECT_EQ(budget->Snapshot().retries, 20);
+  EXPECT_FALSE(budget->TryAcquireRetry());
+  clock.StepWall(absl::Hours(-2));
+  clock.Advance(absl::Seconds(11));  // the window has passed, really
+  EXPECT_EQ(budget->Snapshot().first_attempts, 0);
+  EXPECT_EQ(budget->Snapshot().retries, 0);
+}
+
 TEST(RetryBudgetTest, RetriesEarnedLongAgoExpireWithTheWindow) {
   FakeClock clock;
   auto budget = MakeBudget(RatioOnly(0.2), &clock);

@@ -91,6 +91,62 @@ class RetryControllerTest : public ::testing::Test {
 };
 
 // ---------------------------------------------------------------------------
+// Time.
+
+// What a call's decisions were: each retry's delay, the time left after it
+// and the next attempt's deadline (from now), until it gave up.
+struct Course {
+  std::vector<absl::Duration> delays, left, attempt_deadlines;
+  GiveUpReason reason = GiveUpReason::kNone;
+  bool operator==(const Course& o) const {
+    return delays == o.delays && left == o.left &&
+           attempt_deadlines == o.attempt_deadlines && reason == o.reason;
+  }
+};
+
+// Runs a call that fails UNAVAILABLE every time, with a 20 s deadline and a
+// 5 s per-attempt timeout, stepping the wall clock by `step` in every
+// backoff.
+Course RunWithWallSteps(absl::Duration step) {
+  FakeClock clock;
+  MethodPolicy policy = A6Policy(absl::Seconds(1), 4);
+  policy.per_attempt_timeout = absl::Seconds(5);
+  FixedBitGen gen(1.0);
+  RetryController c(policy, true, clock.MonotonicNow() + absl::Seconds(20),
+                    &clock);
+  Course course;
+  while (true) {
+    course.attempt_deadlines.push_back(c.StartAttempt() - clock.MonotonicNow());
+    clock.Advance(absl::Milliseconds(100));
+    const Decision d =
+        c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen.ref());
+    if (d.action != Action::kRetry) {
+      course.reason = d.reason;
+      return course;
+    }
+    course.delays.push_back(d.delay);
+    clock.StepWall(step);
+    clock.Advance(d.delay);
+    course.left.push_back(c.Remaining());
+  }
+}
+
+// The mission's first promise through NTP steps and VM resumes: a step of
+// the wall clock, either way, during a backoff changes no decision.
+TEST(RetryControllerTimeTest, AWallClockStepChangesNoDecision) {
+  const Course steady = RunWithWallSteps(absl::ZeroDuration());
+  ASSERT_EQ(steady.delays.size(), 3u);
+  EXPECT_EQ(steady.reason, GiveUpReason::kMaxAttempts);
+  // A6Policy caps every delay at 1 s.
+  EXPECT_EQ(steady.delays[0], absl::Seconds(1));
+  EXPECT_EQ(steady.left[0], absl::Milliseconds(20000 - 100 - 1000));
+  for (absl::Duration step :
+       {absl::Seconds(30), absl::Hours(-1), absl::Hours(24)}) {
+    EXPECT_TRUE(RunWithWallSteps(step) == steady) << step;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Outcomes that end the call at once.
 
 TEST_F(RetryControllerTest, SuccessfulRequestsNeverRetry) {
@@ -101,7 +157,8 @@ TEST_F(RetryControllerTest, SuccessfulRequestsNeverRetry) {
       for (const Pushback& pushback :
            {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(5))}) {
         RetryController c(policy, may_repeat,
-                          clock_.Now() + absl::Milliseconds(100), &clock_);
+                          clock_.MonotonicNow() + absl::Milliseconds(100),
+                          &clock_);
         c.StartAttempt();
         const Decision d =
             c.OnAttemptEnd(StatusCode::OK, pushback, cancelled, gen());
@@ -117,7 +174,8 @@ TEST_F(RetryControllerTest, SuccessfulRequestsNeverRetry) {
 
 TEST_F(RetryControllerTest, SuccessAfterRetriesIsDone) {
   MethodPolicy policy;
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                    &clock_);
   c.StartAttempt();
   Decision d =
       c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
@@ -137,7 +195,8 @@ TEST_F(RetryControllerTest, FatalCodesGiveUpAsFatal) {
     AttemptOutcome o;
     o.code = Code(i);
     if (classifier.Classify(o) != StatusClass::kFatal) continue;
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     const Decision d = c.OnAttemptEnd(Code(i), kNoPushback, false, gen());
     EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(Code(i));
@@ -150,7 +209,8 @@ TEST_F(RetryControllerTest, CancelledCodeWithoutCallerCancelIsFatal) {
   // A CANCELLED status the caller did not ask for (e.g. the server cancelled)
   // is fatal, not kCancelled.
   const MethodPolicy policy;
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                    &clock_);
   c.StartAttempt();
   const Decision d =
       c.OnAttemptEnd(StatusCode::CANCELLED, kNoPushback, false, gen());
@@ -162,7 +222,8 @@ TEST_F(RetryControllerTest, AuthCodesGiveUpAsAuth) {
   const MethodPolicy policy;
   for (StatusCode code :
        {StatusCode::UNAUTHENTICATED, StatusCode::PERMISSION_DENIED}) {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     const Decision d = c.OnAttemptEnd(code, kNoPushback, false, gen());
     EXPECT_EQ(d.action, Action::kGiveUp) << StatusCodeName(code);
@@ -175,7 +236,8 @@ TEST_F(RetryControllerTest, FatalWinsOverPushback) {
   const MethodPolicy policy;
   for (const Pushback& pushback :
        {Stop(), RetryAfter(absl::Milliseconds(10))}) {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     const Decision d =
         c.OnAttemptEnd(StatusCode::INTERNAL, pushback, false, gen());
@@ -194,8 +256,8 @@ TEST_F(RetryControllerTest, LocalErrorsGiveUpAtOnce) {
                             StatusCode::UNAVAILABLE, StatusCode::INTERNAL}) {
       for (const Pushback& pushback :
            {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(1))}) {
-        RetryController c(policy, may_repeat, clock_.Now() + absl::Seconds(10),
-                          &clock_);
+        RetryController c(policy, may_repeat,
+                          clock_.MonotonicNow() + absl::Seconds(10), &clock_);
         c.StartAttempt();
         AttemptEnd end;
         end.code = code;
@@ -220,13 +282,14 @@ TEST_F(RetryControllerTest, CallersCancelOrDeadlineBeatsALocalError) {
   end.code = StatusCode::RESOURCE_EXHAUSTED;
   end.local_error = true;
   end.caller_cancelled = true;
-  RetryController cancelled(policy, true, clock_.Now() + absl::Seconds(1),
-                            &clock_);
+  RetryController cancelled(policy, true,
+                            clock_.MonotonicNow() + absl::Seconds(1), &clock_);
   cancelled.StartAttempt();
   EXPECT_EQ(cancelled.OnAttemptEnd(end, kNoPushback, gen()).reason,
             GiveUpReason::kCancelled);
   end.caller_cancelled = false;
-  RetryController late(policy, true, clock_.Now() + absl::Seconds(1), &clock_);
+  RetryController late(policy, true, clock_.MonotonicNow() + absl::Seconds(1),
+                       &clock_);
   late.StartAttempt();
   clock_.Advance(absl::Seconds(1));
   EXPECT_EQ(late.OnAttemptEnd(end, kNoPushback, gen()).reason,
@@ -236,7 +299,8 @@ TEST_F(RetryControllerTest, CallersCancelOrDeadlineBeatsALocalError) {
 // A success is a success, whatever the glue guessed.
 TEST_F(RetryControllerTest, OkIsNeverALocalError) {
   const MethodPolicy policy;
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(1), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(1),
+                    &clock_);
   c.StartAttempt();
   AttemptEnd end;
   end.local_error = true;
@@ -253,7 +317,7 @@ TEST_F(RetryControllerTest, CallersCancelIsNeverRetried) {
   for (int i = 1; i < kNumCodes; ++i) {
     for (const Pushback& pushback :
          {kNoPushback, Stop(), RetryAfter(absl::Milliseconds(1))}) {
-      RetryController c(policy, true, clock_.Now() + absl::Seconds(10),
+      RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
                         &clock_);
       c.StartAttempt();
       clock_.Advance(absl::Milliseconds(10));
@@ -269,8 +333,8 @@ TEST_F(RetryControllerTest, CallersDeadlineIsNeverRetried) {
   MethodPolicy policy;
   policy.retry.max_attempts = 10;
   for (int i = 1; i < kNumCodes; ++i) {
-    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                      &clock_);
+    RetryController c(policy, true,
+                      clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
     c.StartAttempt();
     clock_.Advance(absl::Milliseconds(100));
     const Decision d = c.OnAttemptEnd(Code(i), kNoPushback, false, gen());
@@ -288,7 +352,8 @@ TEST_F(RetryControllerTest, RetriableCodesRetryWithTheBackoffDelay) {
   for (StatusCode code :
        {StatusCode::UNAVAILABLE, StatusCode::RESOURCE_EXHAUSTED,
         StatusCode::ABORTED}) {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     // A fresh Backoff drawing from a copy of the generator predicts the delay.
     std::mt19937_64 copy = rng_;
     const absl::Duration want =
@@ -307,7 +372,8 @@ TEST_F(RetryControllerTest, RetriableCodesRetryWithTheBackoffDelay) {
 TEST_F(RetryControllerTest, DelaysFollowTheBackoffSequence) {
   FixedBitGen fixed(1.0);
   const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 6);
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                    &clock_);
   const std::vector<absl::Duration> want = {
       absl::Milliseconds(10), absl::Milliseconds(20), absl::Milliseconds(40),
       absl::Milliseconds(80), absl::Milliseconds(160)};
@@ -331,14 +397,16 @@ TEST_F(RetryControllerTest, ReplacedRetriableSetIsHonoured) {
   MethodPolicy policy;
   policy.retry.retryable_codes = StatusCodeSet{StatusCode::INTERNAL};
   {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     EXPECT_EQ(
         c.OnAttemptEnd(StatusCode::INTERNAL, kNoPushback, false, gen()).action,
         Action::kRetry);
   }
   {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     const Decision d =
         c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
@@ -354,7 +422,8 @@ TEST_F(RetryControllerTest, NotIdempotentIsNeverRepeated) {
   for (StatusCode code :
        {StatusCode::UNAVAILABLE, StatusCode::RESOURCE_EXHAUSTED,
         StatusCode::ABORTED, StatusCode::DEADLINE_EXCEEDED}) {
-    RetryController c(policy, false, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, false, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     clock_.Advance(absl::Milliseconds(10));
     const Decision d = c.OnAttemptEnd(code, kNoPushback, false, gen());
@@ -403,7 +472,8 @@ TEST_F(RetryControllerTest, NeverExceedMaxAttempts) {
 TEST_F(RetryControllerTest, MaxAttemptsOneDisablesRetries) {
   MethodPolicy policy;
   policy.retry.max_attempts = 1;
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                    &clock_);
   c.StartAttempt();
   const Decision d =
       c.OnAttemptEnd(StatusCode::UNAVAILABLE, kNoPushback, false, gen());
@@ -453,7 +523,7 @@ TEST_F(RetryControllerTest, DeadlineBoundaryWithExactBackoff) {
   const MethodPolicy policy = A6Policy(absl::Milliseconds(20));
   ASSERT_EQ(Backoff(policy.retry.backoff).Next(fixed.ref()),
             absl::Milliseconds(20));
-  const absl::Time t0 = clock_.Now();
+  const absl::Time t0 = clock_.MonotonicNow();
   {
     // Exactly at the boundary: now + delay + min_attempt_time == deadline.
     RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
@@ -463,9 +533,10 @@ TEST_F(RetryControllerTest, DeadlineBoundaryWithExactBackoff) {
                                       false, fixed.ref());
     EXPECT_EQ(d.action, Action::kRetry);
     EXPECT_EQ(d.delay, absl::Milliseconds(20));
-    EXPECT_EQ(clock_.Now() + d.delay + policy.min_attempt_time, c.deadline());
+    EXPECT_EQ(clock_.MonotonicNow() + d.delay + policy.min_attempt_time,
+              c.deadline());
   }
-  const absl::Time t1 = clock_.Now();
+  const absl::Time t1 = clock_.MonotonicNow();
   {
     // A nanosecond later it no longer fits.
     RetryController c(policy, true, t1 + absl::Milliseconds(100), &clock_);
@@ -477,7 +548,7 @@ TEST_F(RetryControllerTest, DeadlineBoundaryWithExactBackoff) {
     EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
     EXPECT_EQ(d.status_class, StatusClass::kRetriable);
   }
-  const absl::Time t2 = clock_.Now();
+  const absl::Time t2 = clock_.MonotonicNow();
   {
     // Comfortably inside.
     RetryController c(policy, true, t2 + absl::Milliseconds(100), &clock_);
@@ -501,7 +572,8 @@ TEST_F(RetryControllerTest, DeadlineBoundaryWithRandomBackoff) {
       std::mt19937_64 copy = rng;
       const absl::Duration delay =
           Backoff(policy.retry.backoff).Next(absl::BitGenRef(copy));
-      RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
+      RetryController c(policy, true,
+                        clock_.MonotonicNow() + absl::Milliseconds(100),
                         &clock_);
       c.StartAttempt();
       clock_.Advance(absl::Milliseconds(100) - policy.min_attempt_time - delay +
@@ -529,8 +601,8 @@ TEST_F(RetryControllerTest, RetriesAlwaysFitTheDeadline) {
   std::mt19937_64 rng(777);
   int retries = 0, deadline_give_ups = 0;
   for (int call = 0; call < 2000; ++call) {
-    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(150),
-                      &clock_);
+    RetryController c(policy, true,
+                      clock_.MonotonicNow() + absl::Milliseconds(150), &clock_);
     for (;;) {
       c.StartAttempt();
       clock_.Advance(absl::Milliseconds(absl::Uniform(rng, 0, 40)));
@@ -544,7 +616,8 @@ TEST_F(RetryControllerTest, RetriesAlwaysFitTheDeadline) {
         break;
       }
       ++retries;
-      ASSERT_LE(clock_.Now() + d.delay + policy.min_attempt_time, c.deadline());
+      ASSERT_LE(clock_.MonotonicNow() + d.delay + policy.min_attempt_time,
+                c.deadline());
       clock_.Advance(d.delay);
     }
     EXPECT_LE(c.attempts(), kMaxAttemptsCap);
@@ -556,7 +629,7 @@ TEST_F(RetryControllerTest, RetriesAlwaysFitTheDeadline) {
 TEST_F(RetryControllerTest, PolicyTimeoutShortensTheDeadline) {
   MethodPolicy policy;
   policy.timeout = absl::Milliseconds(50);
-  const absl::Time t0 = clock_.Now();
+  const absl::Time t0 = clock_.MonotonicNow();
   {
     RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
     EXPECT_EQ(c.deadline(), t0 + absl::Milliseconds(50));
@@ -565,7 +638,7 @@ TEST_F(RetryControllerTest, PolicyTimeoutShortensTheDeadline) {
     EXPECT_EQ(c.Remaining(), absl::Milliseconds(40));
     EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(50));
   }
-  const absl::Time t1 = clock_.Now();
+  const absl::Time t1 = clock_.MonotonicNow();
   {
     // The caller's earlier deadline stands.
     RetryController c(policy, true, t1 + absl::Milliseconds(20), &clock_);
@@ -591,8 +664,8 @@ TEST_F(RetryControllerTest, PolicyTimeoutBoundsRetries) {
   MethodPolicy policy = A6Policy(absl::Milliseconds(20));
   policy.timeout = absl::Milliseconds(50);
   for (bool past : {false, true}) {
-    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                      &clock_);
+    RetryController c(policy, true,
+                      clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
     c.StartAttempt();
     clock_.Advance(absl::Milliseconds(28) +
                    (past ? absl::Nanoseconds(1) : absl::ZeroDuration()));
@@ -610,7 +683,7 @@ TEST_F(RetryControllerTest, PolicyTimeoutBoundsRetries) {
 TEST_F(RetryControllerTest, StartAttemptReturnsEarlierOfDeadlineAndTimeout) {
   MethodPolicy policy;
   policy.per_attempt_timeout = absl::Milliseconds(30);
-  const absl::Time t0 = clock_.Now();
+  const absl::Time t0 = clock_.MonotonicNow();
   RetryController c(policy, true, t0 + absl::Milliseconds(100), &clock_);
   EXPECT_EQ(c.attempts(), 0);
   EXPECT_EQ(c.StartAttempt(), t0 + absl::Milliseconds(30));
@@ -626,7 +699,7 @@ TEST_F(RetryControllerTest, StartAttemptReturnsEarlierOfDeadlineAndTimeout) {
 
 TEST_F(RetryControllerTest, StartAttemptWithoutTimeoutReturnsTheDeadline) {
   const MethodPolicy policy;
-  const absl::Time t0 = clock_.Now();
+  const absl::Time t0 = clock_.MonotonicNow();
   RetryController finite(policy, true, t0 + absl::Milliseconds(100), &clock_);
   EXPECT_EQ(finite.StartAttempt(), t0 + absl::Milliseconds(100));
   RetryController infinite(policy, true, absl::InfiniteFuture(), &clock_);
@@ -641,8 +714,8 @@ TEST_F(RetryControllerTest, StartAttemptWithoutTimeoutReturnsTheDeadline) {
 TEST_F(RetryControllerTest, PerAttemptTimeoutIsRetried) {
   MethodPolicy policy;
   policy.per_attempt_timeout = absl::Milliseconds(30);
-  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                    &clock_);
+  RetryController c(policy, true,
+                    clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
   const absl::Time attempt_deadline = c.StartAttempt();
   ASSERT_LT(attempt_deadline, c.deadline());
   clock_.Advance(absl::Milliseconds(30));
@@ -657,8 +730,8 @@ TEST_F(RetryControllerTest, CallDeadlineExceededIsNotRetried) {
   // past it): DEADLINE_EXCEEDED means the call's time is up.
   MethodPolicy policy;
   policy.per_attempt_timeout = absl::Milliseconds(30);
-  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                    &clock_);
+  RetryController c(policy, true,
+                    clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
   clock_.Advance(absl::Milliseconds(80));
   const absl::Time attempt_deadline = c.StartAttempt();
   ASSERT_EQ(attempt_deadline, c.deadline());
@@ -672,8 +745,8 @@ TEST_F(RetryControllerTest, CallDeadlineExceededIsNotRetried) {
 
 TEST_F(RetryControllerTest, CallDeadlineExceededWithoutTimeoutIsNotRetried) {
   const MethodPolicy policy;
-  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                    &clock_);
+  RetryController c(policy, true,
+                    clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
   ASSERT_EQ(c.StartAttempt(), c.deadline());
   clock_.Advance(absl::Milliseconds(100));
   const Decision d =
@@ -686,8 +759,8 @@ TEST_F(RetryControllerTest, EarlyDeadlineExceededWithCallDeadlineIsFatal) {
   // DEADLINE_EXCEEDED before any deadline of ours passed (say, the server's
   // own): not a per-attempt timeout, so not retried.
   const MethodPolicy policy;
-  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                    &clock_);
+  RetryController c(policy, true,
+                    clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
   c.StartAttempt();
   clock_.Advance(absl::Milliseconds(10));
   const Decision d =
@@ -700,8 +773,8 @@ TEST_F(RetryControllerTest, PerAttemptTimeoutThatDoesNotFitGivesUpAsDeadline) {
   FixedBitGen fixed(1.0);
   MethodPolicy policy = A6Policy(absl::Milliseconds(20));
   policy.per_attempt_timeout = absl::Milliseconds(90);
-  RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                    &clock_);
+  RetryController c(policy, true,
+                    clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
   ASSERT_LT(c.StartAttempt(), c.deadline());
   clock_.Advance(absl::Milliseconds(90));  // 90 + 20 + 2 > 100
   const Decision d = c.OnAttemptEnd(StatusCode::DEADLINE_EXCEEDED, kNoPushback,
@@ -742,7 +815,8 @@ TEST(ParsePushbackTest, AnythingElseStops) {
 TEST_F(RetryControllerTest, PushbackDelayIsUsedExactlyAndResetsBackoff) {
   FixedBitGen fixed(1.0);
   const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 10);
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(100), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(100),
+                    &clock_);
   auto attempt = [&](const Pushback& pushback) {
     c.StartAttempt();
     const Decision d =
@@ -766,8 +840,8 @@ TEST_F(RetryControllerTest, PushbackDelayIsUsedExactlyAndResetsBackoff) {
 TEST_F(RetryControllerTest, PushbackDelayMustFitTheDeadline) {
   const MethodPolicy policy;
   for (bool past : {false, true}) {
-    RetryController c(policy, true, clock_.Now() + absl::Milliseconds(100),
-                      &clock_);
+    RetryController c(policy, true,
+                      clock_.MonotonicNow() + absl::Milliseconds(100), &clock_);
     c.StartAttempt();
     // A 50 ms pushback plus the 2 ms minimal attempt time fits a 100 ms
     // deadline up to 48 ms after the start, and not a nanosecond later.
@@ -789,7 +863,8 @@ TEST_F(RetryControllerTest, PushbackStopGivesUp) {
   MethodPolicy policy;
   policy.retry.max_attempts = 5;
   for (absl::string_view value : {"-1", "", "abc", "+5", " 5"}) {
-    RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                      &clock_);
     c.StartAttempt();
     const Decision d = c.OnAttemptEnd(StatusCode::UNAVAILABLE,
                                       ParsePushback(value), false, gen());
@@ -802,7 +877,8 @@ TEST_F(RetryControllerTest, PushbackStopGivesUp) {
 TEST_F(RetryControllerTest, PushbackDoesNotExtendMaxAttempts) {
   MethodPolicy policy;
   policy.retry.max_attempts = 2;
-  RetryController c(policy, true, clock_.Now() + absl::Seconds(10), &clock_);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(10),
+                    &clock_);
   c.StartAttempt();
   Decision d =
       c.OnAttemptEnd(StatusCode::UNAVAILABLE, ParsePushback("1"), false, gen());
@@ -920,7 +996,7 @@ TEST(NotSentTest, RetriesDoNotUseUpMaxAttemptsAndWaitForTheConnection) {
   FakeClock clock;
   const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 2);
   RetryController c(policy, /*may_repeat=*/true,
-                    clock.Now() + absl::Seconds(30), &clock);
+                    clock.MonotonicNow() + absl::Seconds(30), &clock);
   FixedBitGen gen(1.0);
   for (int i = 0; i < 3; ++i) {
     c.StartAttempt();
@@ -950,10 +1026,10 @@ TEST(NotSentTest, WithoutADeadlineOrWithFailFastNoWait) {
   for (bool deadline : {false, true}) {
     FakeClock clock;
     const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
-    RetryController c(
-        policy, true,
-        deadline ? clock.Now() + absl::Seconds(30) : absl::InfiniteFuture(),
-        &clock);
+    RetryController c(policy, true,
+                      deadline ? clock.MonotonicNow() + absl::Seconds(30)
+                               : absl::InfiniteFuture(),
+                      &clock);
     FixedBitGen gen(1.0);
     AttemptEnd end = NoConnection();
     end.may_wait = !deadline;  // with a deadline: fail fast asked for
@@ -973,7 +1049,8 @@ TEST(NotSentTest, WithoutADeadlineOrWithFailFastNoWait) {
 TEST(NotSentTest, TheCapHolds) {
   FakeClock clock;
   const MethodPolicy policy = A6Policy(absl::Milliseconds(1), 3);
-  RetryController c(policy, true, clock.Now() + absl::Seconds(60), &clock);
+  RetryController c(policy, true, clock.MonotonicNow() + absl::Seconds(60),
+                    &clock);
   FixedBitGen gen(1.0);
   Decision d;
   do {
@@ -989,7 +1066,8 @@ TEST(NotSentTest, TheCapHolds) {
 TEST(NotSentTest, NotRetriedWhenTheCallMayNotRepeat) {
   FakeClock clock;
   const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
-  RetryController c(policy, false, clock.Now() + absl::Seconds(1), &clock);
+  RetryController c(policy, false, clock.MonotonicNow() + absl::Seconds(1),
+                    &clock);
   FixedBitGen gen(1.0);
   c.StartAttempt();
   const Decision d = c.OnAttemptEnd(NoConnection(), kNoPushback, gen.ref());
@@ -1001,7 +1079,8 @@ TEST(NotSentTest, NotRetriedWhenTheCallMayNotRepeat) {
 TEST(NotSentTest, LocalErrorWins) {
   FakeClock clock;
   const MethodPolicy policy = A6Policy(absl::Milliseconds(10), 3);
-  RetryController c(policy, true, clock.Now() + absl::Seconds(1), &clock);
+  RetryController c(policy, true, clock.MonotonicNow() + absl::Seconds(1),
+                    &clock);
   AttemptEnd end = NoConnection();
   end.local_error = true;
   c.StartAttempt();

@@ -506,7 +506,7 @@ TEST_P(DecideSentOnceTest, SameReasonAsTheController) {
   policy.retry.max_attempts = row.max_attempts;
   const absl::Time deadline = row.deadline_in == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
-                                  : clock.Now() + row.deadline_in;
+                                  : clock.MonotonicNow() + row.deadline_in;
   AttemptEnd end;
   end.code = row.code;
   end.caller_cancelled = row.cancelled;

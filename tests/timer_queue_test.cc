@@ -3,7 +3,8 @@
 // TimerQueue (the hedge timers' one alarm) with real grpc::Alarms: timers
 // run in time order, never early; a cancelled one never runs; an earlier
 // timer scheduled after a later one still runs first; a timer may schedule
-// another from its callback.
+// another from its callback. Times are on gRPC's monotonic clock, as the
+// queue's.
 
 #include "rpcguard/internal/timer_queue.h"
 
@@ -44,7 +45,7 @@ class TimerQueueTest : public ::testing::Test {
       bool last;
       {
         absl::MutexLock lock(&mu_);
-        ran_.push_back({id, absl::Now()});
+        ran_.push_back({id, Clock::Real()->MonotonicNow()});
         last = static_cast<int>(ran_.size()) == expected;
       }
       // After mu_ is released: the test may end, and destroy it, at once.
@@ -60,7 +61,7 @@ class TimerQueueTest : public ::testing::Test {
 };
 
 TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = Clock::Real()->MonotonicNow();
   const absl::Time at[] = {t0 + absl::Milliseconds(60),
                            t0 + absl::Milliseconds(20),
                            t0 + absl::Milliseconds(40)};
@@ -77,7 +78,7 @@ TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
 }
 
 TEST_F(TimerQueueTest, ACancelledTimerNeverRuns) {
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = Clock::Real()->MonotonicNow();
   const TimerQueue::Handle early =
       Schedule(t0 + absl::Milliseconds(10), Record(0, 1));
   Schedule(t0 + absl::Milliseconds(50), Record(1, 1));
@@ -93,7 +94,7 @@ TEST_F(TimerQueueTest, ACancelledTimerNeverRuns) {
 // The alarm is armed for a late timer; an earlier one scheduled next must
 // re-arm it, not wait behind it.
 TEST_F(TimerQueueTest, AnEarlierTimerReArmsTheAlarm) {
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = Clock::Real()->MonotonicNow();
   Schedule(t0 + absl::Seconds(5), [] {});
   Schedule(t0 + absl::Milliseconds(20), Record(0, 1));
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(2)));
@@ -101,8 +102,9 @@ TEST_F(TimerQueueTest, AnEarlierTimerReArmsTheAlarm) {
 }
 
 TEST_F(TimerQueueTest, ATimerMaySchedule) {
-  Schedule(absl::Now() + absl::Milliseconds(5), [this] {
-    Schedule(absl::Now() + absl::Milliseconds(5), Record(1, 1));
+  Schedule(Clock::Real()->MonotonicNow() + absl::Milliseconds(5), [this] {
+    Schedule(Clock::Real()->MonotonicNow() + absl::Milliseconds(5),
+             Record(1, 1));
   });
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
 }
@@ -111,11 +113,12 @@ TEST_F(TimerQueueTest, ATimerMaySchedule) {
 TEST_F(TimerQueueTest, ATimerWhoseTargetIsGoneDoesNotRun) {
   std::atomic<int> runs{0};
   auto target = std::make_shared<std::atomic<int>*>(&runs);
-  queue_->Schedule(absl::Now() + absl::Milliseconds(5), target, [](void* p) {
-    (*static_cast<std::atomic<int>**>(p))->fetch_add(1);
-  });
+  queue_->Schedule(
+      Clock::Real()->MonotonicNow() + absl::Milliseconds(5), target,
+      [](void* p) { (*static_cast<std::atomic<int>**>(p))->fetch_add(1); });
   target.reset();
-  Schedule(absl::Now() + absl::Milliseconds(20), Record(0, 1));
+  Schedule(Clock::Real()->MonotonicNow() + absl::Milliseconds(20),
+           Record(0, 1));
   ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(runs.load(), 0);
 }
@@ -135,7 +138,8 @@ TEST_F(TimerQueueTest, ManyTimersFromManyThreads) {
       for (int i = 0; i < kPerThread; ++i) {
         const int id = t * kPerThread + i;
         TimerQueue::Handle h =
-            Schedule(absl::Now() + absl::Milliseconds(1 + (i * 7 + t) % 30),
+            Schedule(Clock::Real()->MonotonicNow() +
+                         absl::Milliseconds(1 + (i * 7 + t) % 30),
                      [&runs, id] { runs[id].fetch_add(1); });
         if (i % 2 == 0) cancelled[id] = queue_->Cancel(h) ? 1 : 0;
       }
@@ -149,8 +153,8 @@ TEST_F(TimerQueueTest, ManyTimersFromManyThreads) {
     }
     return n;
   };
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (pending() > 0 && absl::Now() < give_up) {
+  const absl::Time give_up = Clock::Real()->MonotonicNow() + absl::Seconds(10);
+  while (pending() > 0 && Clock::Real()->MonotonicNow() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   absl::SleepFor(absl::Milliseconds(50));

@@ -148,7 +148,7 @@ HedgeController::HedgeController(const HedgingPolicy& policy,
 absl::Time HedgeController::Start() {
   started_ = 1;
   in_flight_ = 1;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   next_timer_ = CanStartMore(now) ? now + delay_ : absl::InfiniteFuture();
   return next_timer_;
 }
@@ -161,7 +161,7 @@ bool HedgeController::CanStartMore(absl::Time now) const {
 
 HedgeController::Step HedgeController::OnTimer(bool allowed) {
   Step step;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   if (!CanStartMore(now)) {
     // Nothing in flight and nothing more to start (a deadline passed while
     // a pushback delay ran): the call ends with its last failure.
@@ -206,7 +206,7 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
   Step step;
   if (in_flight_ > 0) --in_flight_;
   if (decided_) return step;  // a copy cancelled after the call was decided
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   const bool fatal = code == grpc::StatusCode::OK || caller_cancelled ||
                      !policy_.non_fatal_codes.Contains(code) ||
                      now >= deadline_;

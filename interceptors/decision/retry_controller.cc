@@ -18,7 +18,7 @@ RetryController::RetryController(const MethodPolicy& policy, bool may_repeat,
       deadline_(deadline),
       backoff_(policy.retry.backoff) {
   if (policy.timeout != absl::InfiniteDuration()) {
-    deadline_ = std::min(deadline_, clock_->Now() + policy.timeout);
+    deadline_ = std::min(deadline_, clock_->MonotonicNow() + policy.timeout);
   }
 }
 
@@ -26,14 +26,15 @@ absl::Time RetryController::StartAttempt() {
   ++attempts_;
   attempt_deadline_ = deadline_;
   if (policy_.per_attempt_timeout != absl::InfiniteDuration()) {
-    attempt_deadline_ = std::min(attempt_deadline_,
-                                 clock_->Now() + policy_.per_attempt_timeout);
+    attempt_deadline_ =
+        std::min(attempt_deadline_,
+                 clock_->MonotonicNow() + policy_.per_attempt_timeout);
   }
   return attempt_deadline_;
 }
 
 AttemptOutcome RetryController::OutcomeOf(const AttemptEnd& end) const {
-  return OutcomeAt(end, clock_->Now());
+  return OutcomeAt(end, clock_->MonotonicNow());
 }
 
 AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
@@ -56,7 +57,7 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
 Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
                                        const Pushback& pushback,
                                        absl::BitGenRef gen) {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   const AttemptOutcome outcome = OutcomeAt(end, now);
   const grpc::StatusCode code = end.code;
   const bool caller_cancelled = end.caller_cancelled;

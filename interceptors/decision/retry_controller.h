@@ -119,7 +119,9 @@ class RetryController {
   // The effective deadline of the whole call.
   absl::Time deadline() const { return deadline_; }
   // Time left until the deadline (may be negative; infinite without one).
-  absl::Duration Remaining() const { return deadline_ - clock_->Now(); }
+  absl::Duration Remaining() const {
+    return deadline_ - clock_->MonotonicNow();
+  }
 
  private:
   AttemptOutcome OutcomeAt(const AttemptEnd& end, absl::Time now) const;

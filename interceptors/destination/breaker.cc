@@ -204,7 +204,7 @@ CircuitBreaker::CircuitBreaker(std::string key, const BreakerOptions& options,
       clock_(clock),
       listener_(std::move(listener)),
       word_(static_cast<uint64_t>(BreakerState::kClosed)),
-      impl_(std::make_unique<State>(*this, clock->Now())) {}
+      impl_(std::make_unique<State>(*this, clock->MonotonicNow())) {}
 
 CircuitBreaker::~CircuitBreaker() = default;
 
@@ -228,7 +228,7 @@ Admission CircuitBreaker::Admit() {
   }
 
   // Read before locking, to keep the clock out of the critical section.
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   if (admission.state_ == BreakerState::kOpen) {
     // Stored before word_ turned OPEN (invariant 2): at least as new as
     // this OPEN period.
@@ -303,7 +303,7 @@ void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
   // An ignored CLOSED attempt counts nowhere: no need for the lock.
   if (result == AttemptResult::kIgnored && !admission.probe_) return;
 
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   if (!admission.probe_) {
     RecordClosed(admission, result == AttemptResult::kFailure, now);
     return;
@@ -406,6 +406,8 @@ bool CircuitBreaker::State::TransitionLocked(BreakerState from, BreakerState to,
     t.from = from;
     t.to = to;
     t.time = now;
+    // Read only for a listener, and only at a transition: rare.
+    t.wall_time = breaker.clock_->WallNow();
     t.reason = std::move(reason);
     t.manual = manual;
     if (to == BreakerState::kOpen) t.open_time = current_open_time;
@@ -458,7 +460,7 @@ void CircuitBreaker::Deliver() {
 
 void CircuitBreaker::ManualTransition(BreakerState to,
                                       absl::string_view reason) {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   bool transitioned = false;
   {
     internal::MutexLock lock(&impl_->mu);
@@ -494,7 +496,7 @@ void CircuitBreaker::Reset() {
 }
 
 BreakerSnapshot CircuitBreaker::Snapshot() {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   BreakerSnapshot s;
   internal::MutexLock lock(&impl_->mu);
   s.state = StateOf(word_.load(std::memory_order_relaxed));
@@ -516,8 +518,9 @@ std::string CircuitBreaker::RefusalMessage(const Admission& admission) const {
   if (admission.allowed()) return head;
   switch (admission.state()) {
     case BreakerState::kOpen: {
-      const absl::Duration wait = std::max(
-          admission.next_probe() - clock_->Now(), absl::ZeroDuration());
+      const absl::Duration wait =
+          std::max(admission.next_probe() - clock_->MonotonicNow(),
+                   absl::ZeroDuration());
       return absl::StrCat(head, "; next probe in ", absl::FormatDuration(wait));
     }
     case BreakerState::kHalfOpen:

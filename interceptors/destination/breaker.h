@@ -172,7 +172,10 @@ struct BreakerTransition {
   std::string key;  // the breaker's registry key
   BreakerState from = BreakerState::kClosed;
   BreakerState to = BreakerState::kClosed;
-  absl::Time time;  // the breaker's clock when it happened
+  // When it happened: on the breaker clock's monotonic time (to order and
+  // compare transitions), and on its wall clock (for people: trace lines).
+  absl::Time time;
+  absl::Time wall_time;
   // Why, for logs: "failure ratio 0.60 >= 0.50 over 25 attempts in 10s",
   // "open time 1s elapsed", "probe failed", "3 probe successes",
   // "no probe reported within 10s", "ForceOpen()", "Disable()", "Reset()".

@@ -191,19 +191,20 @@ std::shared_ptr<CircuitBreaker> BreakerRegistry::NewBreaker(
 }
 
 std::shared_ptr<CircuitBreaker> BreakerRegistry::Get(absl::string_view key) {
-  return impl_->WithEntry(key, clock_->Now(), [&](State::Entry& entry) {
-    if (entry.breaker == nullptr) {
-      entry.breaker = NewBreaker(key, options_.breaker);
-    }
-    return entry.breaker;
-  });
+  return impl_->WithEntry(key, clock_->MonotonicNow(),
+                          [&](State::Entry& entry) {
+                            if (entry.breaker == nullptr) {
+                              entry.breaker = NewBreaker(key, options_.breaker);
+                            }
+                            return entry.breaker;
+                          });
 }
 
 absl::StatusOr<std::shared_ptr<CircuitBreaker>> BreakerRegistry::Get(
     absl::string_view key, const BreakerOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   return impl_->WithEntry(
-      key, clock_->Now(),
+      key, clock_->MonotonicNow(),
       [&](State::Entry& entry)
           -> absl::StatusOr<std::shared_ptr<CircuitBreaker>> {
         if (entry.breaker == nullptr) {
@@ -218,19 +219,20 @@ absl::StatusOr<std::shared_ptr<CircuitBreaker>> BreakerRegistry::Get(
 }
 
 std::shared_ptr<RetryBudget> BreakerRegistry::GetBudget(absl::string_view key) {
-  return impl_->WithEntry(key, clock_->Now(), [&](State::Entry& entry) {
-    if (entry.budget == nullptr) {
-      entry.budget = *RetryBudget::Create(options_.budget, clock_);
-    }
-    return entry.budget;
-  });
+  return impl_->WithEntry(
+      key, clock_->MonotonicNow(), [&](State::Entry& entry) {
+        if (entry.budget == nullptr) {
+          entry.budget = *RetryBudget::Create(options_.budget, clock_);
+        }
+        return entry.budget;
+      });
 }
 
 absl::StatusOr<std::shared_ptr<RetryBudget>> BreakerRegistry::GetBudget(
     absl::string_view key, const RetryBudgetOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   return impl_->WithEntry(
-      key, clock_->Now(),
+      key, clock_->MonotonicNow(),
       [&](State::Entry& entry) -> absl::StatusOr<std::shared_ptr<RetryBudget>> {
         if (entry.budget == nullptr) {
           entry.budget = *RetryBudget::Create(options, clock_);
@@ -245,12 +247,14 @@ absl::StatusOr<std::shared_ptr<RetryBudget>> BreakerRegistry::GetBudget(
 absl::StatusOr<std::shared_ptr<RetryThrottle>> BreakerRegistry::GetThrottle(
     absl::string_view key, const RetryThrottleOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  return impl_->WithEntry(key, clock_->Now(), [&](State::Entry& entry) {
-    if (entry.throttle == nullptr || entry.throttle->options() != options) {
-      entry.throttle = *RetryThrottle::Create(options, entry.throttle.get());
-    }
-    return entry.throttle;
-  });
+  return impl_->WithEntry(
+      key, clock_->MonotonicNow(), [&](State::Entry& entry) {
+        if (entry.throttle == nullptr || entry.throttle->options() != options) {
+          entry.throttle =
+              *RetryThrottle::Create(options, entry.throttle.get());
+        }
+        return entry.throttle;
+      });
 }
 
 BreakerRegistry::ListenerId BreakerRegistry::AddTransitionListener(
@@ -277,7 +281,7 @@ BreakerRegistry::Breakers() const {
 }
 
 size_t BreakerRegistry::Sweep() {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   size_t n = 0;
   for (State::Shard& shard : impl_->shards) {
     std::vector<State::Entry> evicted;

@@ -119,11 +119,11 @@ bool RetryBudget::State::AllowsOneMoreLocked(absl::Time now, double ratio,
 }
 
 void RetryBudget::RecordFirstAttempt() {
-  impl_->first_attempts.Add(clock_->Now(), 1, 0);
+  impl_->first_attempts.Add(clock_->MonotonicNow(), 1, 0);
 }
 
 bool RetryBudget::TryAcquireRetry(RetryCharge charge) {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   internal::MutexLock lock(&impl_->mu);
   if (!impl_->AllowsOneMoreLocked(now, options_.ratio, floor_, charge)) {
     ++impl_->refused;
@@ -145,14 +145,14 @@ bool RetryBudget::TryAcquireRetry(RetryCharge charge) {
 
 bool RetryBudget::CanAcquireRetry(RetryCharge charge) {
   if (charge == RetryCharge::kFree) return true;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   internal::MutexLock lock(&impl_->mu);
   return impl_->AllowsOneMoreLocked(now, options_.ratio, floor_, charge);
 }
 
 void RetryBudget::RecordRetryEnd(RetryCharge charge, bool failed) {
   if (charge != RetryCharge::kOnFailure) return;
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   internal::MutexLock lock(&impl_->mu);
   // Never below 0, even if a caller ends one grant twice.
   if (impl_->unpaid_in_flight > 0) --impl_->unpaid_in_flight;
@@ -164,7 +164,7 @@ void RetryBudget::RecordRetryEnd(RetryCharge charge, bool failed) {
 }
 
 RetryBudgetSnapshot RetryBudget::Snapshot() {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->MonotonicNow();
   internal::MutexLock lock(&impl_->mu);
   RetryBudgetSnapshot s;
   s.first_attempts = impl_->first_attempts.Sum(now).a;

@@ -2,8 +2,6 @@
 
 #include "rpcguard/internal/deadline.h"
 
-#include <grpcpp/support/time.h>
-
 #include <algorithm>
 
 namespace rpcguard {
@@ -11,55 +9,70 @@ namespace internal {
 
 namespace {
 
-// `ts` on the wall clock, read through `grpc_clock` only.
-absl::Time WallTime(gpr_timespec ts) {
-  // A monotonic deadline (set through gpr_timespec) is first put on the
-  // wall clock the way gRPC itself does it.
-  if (ts.clock_type != GPR_CLOCK_REALTIME) {
-    ts = gpr_convert_clock_type(ts, GPR_CLOCK_REALTIME);
-  }
-  return absl::FromUnixSeconds(ts.tv_sec) + absl::Nanoseconds(ts.tv_nsec);
+bool IsInfiniteFuture(gpr_timespec ts) {
+  return gpr_time_cmp(ts, gpr_inf_future(ts.clock_type)) == 0;
+}
+
+absl::Time FromTimespec(gpr_timespec ts) {
+  return absl::UnixEpoch() + absl::Seconds(ts.tv_sec) +
+         absl::Nanoseconds(ts.tv_nsec);
 }
 
 }  // namespace
 
-std::chrono::system_clock::time_point ToSystemTime(absl::Time t, Clock* clock,
-                                                   Clock* grpc_clock) {
-  const absl::Duration left = t - clock->Now();
-  const auto now = absl::ToChronoTime(grpc_clock->Now());
-  // A caller's deadline may lie beyond system_clock's range (gRPC takes any
-  // gpr_timespec): adding it would overflow.
-  if (left >=
-      absl::FromChrono(std::chrono::system_clock::time_point::max() - now)) {
-    return std::chrono::system_clock::time_point::max();
+absl::Time OnGrpcClock(absl::Time t, Clock* clock, Clock* grpc_clock) {
+  if (clock == grpc_clock || t == absl::InfiniteFuture()) return t;
+  // Time left, never negative: a time in the past is now.
+  const absl::Duration left =
+      std::max(t - clock->MonotonicNow(), absl::ZeroDuration());
+  return grpc_clock->MonotonicNow() + left;
+}
+
+gpr_timespec MonotonicTimespec(absl::Time t) {
+  // gpr_timespec holds 64-bit seconds; beyond them is "no deadline".
+  if (t >= absl::FromUnixSeconds(gpr_inf_future(GPR_CLOCK_MONOTONIC).tv_sec)) {
+    return gpr_inf_future(GPR_CLOCK_MONOTONIC);
   }
-  return now +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             absl::ToChronoNanoseconds(std::max(left, absl::ZeroDuration())));
+  if (t < absl::UnixEpoch()) return gpr_time_0(GPR_CLOCK_MONOTONIC);
+  const timespec ts = absl::ToTimespec(t - absl::UnixEpoch());
+  gpr_timespec out;
+  out.tv_sec = ts.tv_sec;
+  out.tv_nsec = static_cast<int32_t>(ts.tv_nsec);
+  out.clock_type = GPR_CLOCK_MONOTONIC;
+  return out;
 }
 
-gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock, gpr_timespec caller,
-                               Clock* grpc_clock) {
-  gpr_timespec converted;
-  grpc::Timepoint2Timespec(ToSystemTime(t, clock, grpc_clock), &converted);
-  caller = gpr_convert_clock_type(caller, GPR_CLOCK_REALTIME);
-  return gpr_time_cmp(converted, caller) <= 0 ? converted : caller;
-}
-
-absl::Time WallTimeOf(gpr_timespec ts) {
-  if (gpr_time_cmp(ts, gpr_inf_future(ts.clock_type)) == 0) {
-    return absl::InfiniteFuture();
-  }
-  return WallTime(ts);
-}
-
-absl::Time CallerDeadline(const grpc::ClientContext& context, Clock* clock,
+gpr_timespec GrpcDeadline(absl::Time t, Clock* clock, absl::Time cap,
                           Clock* grpc_clock) {
+  return MonotonicTimespec(std::min(OnGrpcClock(t, clock, grpc_clock), cap));
+}
+
+CallDeadline CallerDeadline(const grpc::ClientContext& context, Clock* clock,
+                            Clock* grpc_clock) {
+  CallDeadline out;
   const gpr_timespec raw = context.raw_deadline();
-  if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) == 0) {
-    return absl::InfiniteFuture();
+  if (IsInfiniteFuture(raw)) return out;
+  // The monotonic clocks are read first: a thread preempted between the
+  // reads then sees less time left, never more.
+  const absl::Time now = clock->MonotonicNow();
+  const absl::Time grpc_now =
+      clock == grpc_clock ? now : grpc_clock->MonotonicNow();
+  absl::Duration left;
+  switch (raw.clock_type) {
+    case GPR_CLOCK_MONOTONIC:
+      left = FromTimespec(raw) - grpc_now;
+      break;
+    case GPR_TIMESPAN:
+      // gRPC reads a span as "from now".
+      left = FromTimespec(raw) - absl::UnixEpoch();
+      break;
+    default:  // GPR_CLOCK_REALTIME (GPR_CLOCK_PRECISE is read as it)
+      left = FromTimespec(raw) - grpc_clock->WallNow();
+      break;
   }
-  return clock->Now() + (WallTime(raw) - grpc_clock->Now());
+  out.on_clock = now + left;
+  out.on_grpc = grpc_now + left;
+  return out;
 }
 
 }  // namespace internal

@@ -1,14 +1,19 @@
 // Copyright rpcguard authors.
 //
 // The bridge between rpcguard's injected Clock and gRPC's deadlines and
-// timers. Decisions (RetryController, the breaker, the budget) run on the
-// injected Clock, so tests can fake time; gRPC's deadlines and grpc::Alarm
-// run on the real clock. The two are bridged by the remaining duration: a
-// time on the injected clock maps to "now + (t - clock->Now())" on the real
-// one. Options::clock therefore governs decision arithmetic, not gRPC's
-// timers. The wall clock gRPC runs on is itself a parameter (`grpc_clock`,
-// Clock::Real() unless a test gives another), so nothing here reads a clock
-// behind the caller's back.
+// timers. Decisions (RetryController, the breaker, the budget, hedge timers)
+// run on the injected Clock's monotonic time, so tests can fake time; gRPC's
+// deadlines and grpc::Alarm run on gRPC's own monotonic clock, which is
+// Clock::Real()'s. The two are bridged by the time remaining: a time `t` on
+// the injected clock is "now + (t - clock->MonotonicNow())" on gRPC's, and
+// exactly `t` when the injected clock is the real one (no clock read).
+//
+// Every deadline or alarm time handed to gRPC is a GPR_CLOCK_MONOTONIC
+// gpr_timespec, so a wall-clock step after it is computed changes nothing.
+// The only wall-clock read here is CallerDeadline's, once per call: the
+// caller's deadline is a wall time (set_deadline with a system_clock time
+// point), and it is put on the monotonic clock when the call starts, as
+// gRPC core does for its own calls.
 
 #ifndef RPCGUARD_INTERNAL_DEADLINE_H_
 #define RPCGUARD_INTERNAL_DEADLINE_H_
@@ -16,34 +21,48 @@
 #include <grpc/support/time.h>
 #include <grpcpp/client_context.h>
 
-#include <chrono>
-
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
 
 namespace rpcguard {
 namespace internal {
 
-// `t` on `clock` as a real-clock time point, by the time remaining until it.
-// A time beyond system_clock's range is time_point::max(), which gRPC reads
-// as "no deadline"; a time in the past is now.
-std::chrono::system_clock::time_point ToSystemTime(
-    absl::Time t, Clock* clock, Clock* grpc_clock = Clock::Real());
+// `t` on `clock`'s monotonic time, as a time on `grpc_clock`'s (gRPC's),
+// by the time remaining until it. `t` itself when the clocks are one, and
+// for absl::InfiniteFuture().
+absl::Time OnGrpcClock(absl::Time t, Clock* clock,
+                       Clock* grpc_clock = Clock::Real());
 
-// `t` on `clock` as a gRPC deadline, never later than `caller` (the caller's
-// own gRPC deadline). Converting reads two clocks one after the other; a
-// thread preempted between the reads would shift the result later, which
-// must not let an attempt outlive its caller.
-gpr_timespec NoLaterThanCaller(absl::Time t, Clock* clock, gpr_timespec caller,
-                               Clock* grpc_clock = Clock::Real());
+// `t`, a time on gRPC's monotonic clock (Clock::Real()->MonotonicNow()), as
+// the gpr_timespec gRPC's deadlines and alarms take: GPR_CLOCK_MONOTONIC,
+// or gRPC's infinite future for absl::InfiniteFuture().
+gpr_timespec MonotonicTimespec(absl::Time t);
 
-// `ts` as a time on the wall clock gRPC's timers run on
-// (absl::InfiniteFuture() for gRPC's infinite future).
-absl::Time WallTimeOf(gpr_timespec ts);
-
-// The deadline of `context` on `clock` (absl::InfiniteFuture() for none).
-absl::Time CallerDeadline(const grpc::ClientContext& context, Clock* clock,
+// `t` on `clock`'s monotonic time as a gRPC deadline or alarm time, never
+// later than `cap` (on gRPC's monotonic clock: CallDeadline::on_grpc).
+gpr_timespec GrpcDeadline(absl::Time t, Clock* clock,
+                          absl::Time cap = absl::InfiniteFuture(),
                           Clock* grpc_clock = Clock::Real());
+
+// A caller's deadline, on both monotonic clocks (absl::InfiniteFuture() for
+// none).
+struct CallDeadline {
+  // On the injected clock: what decisions compare with.
+  absl::Time on_clock = absl::InfiniteFuture();
+  // On gRPC's: the cap of every deadline and alarm handed to gRPC. With an
+  // injected clock other than the real one, converting each attempt's
+  // deadline reads two clocks one after the other, and a thread preempted
+  // between the reads would shift it later; the cap keeps it within the
+  // caller's. The same as on_clock on the real clock.
+  absl::Time on_grpc = absl::InfiniteFuture();
+};
+
+// The deadline of `context`. A wall-clock deadline (the usual kind) is read
+// against `grpc_clock`'s wall time, so call this once, when the call
+// starts: a later call would see any wall-clock step since. A monotonic
+// deadline (set through gpr_timespec) needs no wall time.
+CallDeadline CallerDeadline(const grpc::ClientContext& context, Clock* clock,
+                            Clock* grpc_clock = Clock::Real());
 
 }  // namespace internal
 }  // namespace rpcguard

@@ -241,7 +241,7 @@ void FactoryState::OnTransition(const BreakerTransition& t) const {
   if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
   TraceEvent e;
   e.kind = TraceEvent::Kind::kBreakerTransition;
-  e.time = t.time;
+  e.time = t.wall_time;
   e.breaker_key = t.key;
   e.breaker_state = std::string(BreakerStateName(t.to));
   e.from_state = std::string(BreakerStateName(t.from));

@@ -79,7 +79,7 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
     // No copy after the caller's cancel (its deferred half ends the call).
     if (phase_ != Phase::kDone && !cancelled_) {
       copy->deadline = controller_.StartAttempt();
-      copy->sent = factory_->clock()->Now();
+      copy->sent = factory_->clock()->MonotonicNow();
       if (number == 1) first_copy_sent_ = copy->sent;
       copies_.push_back(copy);
       phase_ = Phase::kAttempting;
@@ -125,13 +125,14 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
 void HijackedCall::TraceHedgeSent(int number) {
   TraceEvent event;
   event.kind = TraceEvent::Kind::kHedge;
-  event.time = factory_->clock()->Now();
+  event.time = factory_->clock()->WallNow();
   event.call_id = call_id_;
   event.attempt = number;
   event.decision = TraceDecision::kHedge;
+  const absl::Time now = factory_->clock()->MonotonicNow();
   {
     internal::MutexLock lock(&mu_);
-    event.backoff = event.time - first_copy_sent_;
+    event.backoff = now - first_copy_sent_;
     event.deadline_left = controller_.Remaining();
   }
   factory_->Emit(method_, event, [&](TraceEvent& e) {
@@ -203,7 +204,7 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
   // hedge): its latency when it won, or, when another copy won and this one
   // was cancelled, how long it had run (a lower bound, RecordAtLeast).
   if (copy->number == 1 && method_.latency != nullptr) {
-    const absl::Duration ran = factory_->clock()->Now() - copy->sent;
+    const absl::Duration ran = factory_->clock()->MonotonicNow() - copy->sent;
     if (decided_before && copy->loser) {
       method_.latency->RecordAtLeast(ran);
     } else if (!decided_before && step.done && status.ok()) {
@@ -235,7 +236,7 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
   }
   // The copy's end, for the trace: the call goes on with other copies.
   TraceEvent event;
-  event.time = factory_->clock()->Now();
+  event.time = factory_->clock()->WallNow();
   event.call_id = call_id_;
   event.attempt = copy->number;
   event.code = status.error_code();
@@ -243,7 +244,7 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
   event.decision = TraceDecision::kHedge;
   event.backoff = step.send || step.next_timer == absl::InfiniteFuture()
                       ? absl::ZeroDuration()
-                      : step.next_timer - event.time;
+                      : step.next_timer - factory_->clock()->MonotonicNow();
   {
     internal::MutexLock lock(&mu_);
     event.deadline_left = controller_.Remaining();
@@ -354,15 +355,13 @@ void HijackedCall::ArmHedgeTimer(absl::Time when) {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
   }
-  // On the real clock (the usual case) `when` is a wall time already.
-  Clock* clock = factory_->clock();
-  const absl::Time wall =
-      clock == Clock::Real()
-          ? std::min(when, WallTimeOf(setup_.raw_deadline))
-          : WallTimeOf(NoLaterThanCaller(when, clock, setup_.raw_deadline));
+  // The queue runs on gRPC's monotonic clock: on the real clock (the usual
+  // case) `when` is on it already.
+  const absl::Time at =
+      std::min(OnGrpcClock(when, factory_->clock()), setup_.grpc_deadline);
   TimerQueue* timers = factory_->hedge_timers();
   const TimerQueue::Handle handle = timers->Schedule(
-      wall, weak_from_this(),
+      at, weak_from_this(),
       [](void* call) { static_cast<HijackedCall*>(call)->OnHedgeTimer(); });
   bool done;
   {

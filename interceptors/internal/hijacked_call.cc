@@ -260,14 +260,11 @@ void HijackedCall::StartAttempt() {
 
 void HijackedCall::PrepareContext(grpc::ClientContext& ctx,
                                   const Attempt& attempt, int number) {
-  if (attempt.deadline == caller_deadline_) {
-    // The caller's own deadline (no per-attempt timeout before it): taken
-    // as it is, with no clock read or conversion.
-    ctx.set_deadline(setup_.raw_deadline);
-  } else {
-    ctx.set_deadline(NoLaterThanCaller(attempt.deadline, factory_->clock(),
-                                       setup_.raw_deadline));
-  }
+  // From the monotonic time left, never the caller's wall-clock deadline:
+  // gRPC would read that at the attempt's start, after any step since the
+  // call's. On the real clock this is a conversion, not a clock read.
+  ctx.set_deadline(
+      GrpcDeadline(attempt.deadline, factory_->clock(), setup_.grpc_deadline));
   std::optional<RefreshedCredentials> refreshed;
   {
     internal::MutexLock lock(&mu_);
@@ -409,7 +406,7 @@ HijackedCall::Next HijackedCall::NextLocked(
     case Decision::Action::kRetry:
       next.kind = Next::Kind::kRetry;
       phase_ = Phase::kBackoffPending;
-      next.backoff_until = factory_->clock()->Now() + d.delay;
+      next.backoff_until = factory_->clock()->MonotonicNow() + d.delay;
       backoff_alarm_ = std::make_unique<grpc::Alarm>();
       next_charge_ = charge;
       next_waits_for_connection_ = d.wait_for_connection;
@@ -441,7 +438,7 @@ HijackedCall::Next HijackedCall::NextLocked(
 void HijackedCall::Continue(Next& next, const grpc::Status& status) {
   WatchParent();
   TraceEvent& event = next.event;
-  event.time = factory_->clock()->Now();
+  event.time = factory_->clock()->WallNow();
   event.call_id = call_id_;
   event.code = status.error_code();
   event.decision = TraceDecision::kRetry;
@@ -458,9 +455,11 @@ void HijackedCall::Continue(Next& next, const grpc::Status& status) {
 
   std::weak_ptr<HijackedCall> weak = weak_from_this();
   grpc::Alarm* alarm = backoff_alarm_.get();
-  alarm->Set(ToSystemTime(next.backoff_until, factory_->clock()), [weak](bool) {
-    if (auto self = weak.lock()) self->StartAttempt();
-  });
+  alarm->Set(
+      GrpcDeadline(next.backoff_until, factory_->clock(), setup_.grpc_deadline),
+      [weak](bool) {
+        if (auto self = weak.lock()) self->StartAttempt();
+      });
   bool cancel_now;
   {
     internal::MutexLock lock(&mu_);
@@ -530,7 +529,7 @@ void HijackedCall::Conclude(const Ending& ending) {
   if (ending.parent_watch != nullptr) ending.parent_watch->Stop();
   const FinalOutcome& outcome = *ending.outcome;
   TraceEvent e = outcome.terminal;
-  e.time = factory_->clock()->Now();
+  e.time = factory_->clock()->WallNow();
   e.call_id = call_id_;
   factory_->Emit(method_, e, [&](TraceEvent& event) {
     event.method = method_.name;

@@ -100,9 +100,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     Metadata metadata;  // the caller's, less rpcguard's own keys
     std::string idempotency_key;
     std::shared_ptr<grpc::CallCredentials> credentials;
+    // The caller's deadline on gRPC's monotonic clock
+    // (CallDeadline::on_grpc): no deadline or alarm handed to gRPC outlives
+    // it.
+    absl::Time grpc_deadline = absl::InfiniteFuture();
     grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
-    // The caller's deadline exactly as set: attempts never outlive it.
-    gpr_timespec raw_deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
     // What else the caller set, for every attempt.
     CallerSettings caller;
     // The application's context, left describing the final attempt; and
@@ -111,8 +113,10 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
     grpc_channel* core_channel = nullptr;
   };
 
-  // `deadline` is the caller's; `may_repeat` whether the call is safe to
-  // send more than once (CallPlan::may_repeat).
+  // `deadline` is the caller's, on the factory clock's monotonic time, as
+  // read when the call started (CallerDeadline); attempts never outlive it.
+  // `may_repeat`: whether the call is safe to send more than once
+  // (CallPlan::may_repeat).
   HijackedCall(std::shared_ptr<const FactoryState> factory,
                const MethodState& method, absl::Time deadline, bool may_repeat);
 

@@ -35,7 +35,7 @@ void HijackedCall::BeginRefresh(absl::Time deadline) {
   std::weak_ptr<HijackedCall> weak = weak_from_this();
   if (refresh_alarm_) {
     refresh_alarm_->Set(
-        NoLaterThanCaller(deadline, factory_->clock(), setup_.raw_deadline),
+        GrpcDeadline(deadline, factory_->clock(), setup_.grpc_deadline),
         [weak](bool fired) {
           if (!fired) return;
           if (auto self = weak.lock()) {

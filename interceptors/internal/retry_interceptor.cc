@@ -213,6 +213,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   void SendOwnCall(InterceptorBatchMethods* batch, bool has_metadata,
                    bool add_key) {
     auto* md = batch->GetSendInitialMetadata();
+    // Read now, when the call starts, as gRPC reads it for its own call: a
+    // wall-clock step before the call ends changes nothing.
+    caller_deadline_ =
+        CallerDeadline(*info_->client_context(), factory_->clock());
     if (mode_ == CallMode::kRide) {
       // What a retry would need, kept cheaply: the call's state is built
       // only if attempt 1 fails (RideFailed). Copied: the application's
@@ -236,6 +240,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // kHijack and kFailFast: rpcguard owns the call's outcome.
   void HijackCall(InterceptorBatchMethods* batch, bool has_metadata) {
     auto* md = batch->GetSendInitialMetadata();
+    caller_deadline_ =
+        CallerDeadline(*info_->client_context(), factory_->clock());
     auto call = NewHijackedCall();
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
@@ -268,16 +274,16 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     batch->Hijack();
   }
 
-  // A HijackedCall for this call, with what the application's context says.
+  // A HijackedCall for this call, with what the application's context says
+  // (its deadline as read when the call started: caller_deadline_).
   std::shared_ptr<HijackedCall> NewHijackedCall() {
     grpc::ClientContext* app = info_->client_context();
     auto call = std::make_shared<HijackedCall>(
-        factory_, *method_, CallerDeadline(*app, factory_->clock()),
-        plan_.may_repeat);
+        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat);
     HijackedCall::Setup& setup = call->setup();
+    setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
-    setup.raw_deadline = app->raw_deadline();
     setup.caller = ReadCallerSettings(*app);
     setup.app_context = app;
     if (setup.caller.parent != nullptr) {
@@ -322,14 +328,6 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     event.attempt = 1;
     event.code = status->error_code();
     AttemptOutcome outcome;
-    // Read only when needed: a success that is not traced needs no clock.
-    std::optional<absl::Time> deadline;
-    auto caller_deadline = [&] {
-      if (!deadline) {
-        deadline = CallerDeadline(*info_->client_context(), factory_->clock());
-      }
-      return *deadline;
-    };
     if (!status->ok()) {
       AttemptEnd end;
       end.code = status->error_code();
@@ -340,7 +338,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                      info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
       const Decision d =
           DecideSentOnce(method.resolved.policy, plan_.may_repeat,
-                         caller_deadline(), factory_->clock(), end);
+                         caller_deadline_.on_clock, factory_->clock(), end);
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;
@@ -363,11 +361,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                      /*retrying=*/false);
     admission_.reset();
     factory_->Emit(method, event, [&](TraceEvent& e) {
-      e.time = factory_->clock()->Now();
+      e.time = factory_->clock()->WallNow();
       if (e.call_id == 0) e.call_id = factory_->random()->Next64();
       e.method = method.name;
       e.idempotency_key = key_;
-      e.deadline_left = caller_deadline() - e.time;
+      e.deadline_left =
+          caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
       FactoryState::FillBreaker(method, e);
     });
     if (event.decision == TraceDecision::kGiveUp) {
@@ -385,6 +384,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   const MethodState* method_ = nullptr;
   std::string method_name_;
   std::string key_;  // the call's idempotency key
+  // The caller's deadline on the monotonic clocks, read when the call
+  // starts (CallerDeadline), for every later decision.
+  CallDeadline caller_deadline_;
   // kMetadataOnly, kRide: the breaker's admission of attempt 1.
   std::optional<Admission> admission_;
   // kRide: the request (also kMetadataOnly, for a give-up hook), the

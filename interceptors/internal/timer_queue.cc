@@ -6,6 +6,8 @@
 #include <limits>
 #include <vector>
 
+#include "rpcguard/internal/deadline.h"
+
 namespace rpcguard {
 namespace internal {
 
@@ -65,7 +67,7 @@ std::shared_ptr<grpc::Alarm> TimerQueue::ArmLocked(absl::Time when,
 void TimerQueue::SetAlarm(std::shared_ptr<grpc::Alarm> alarm, absl::Time when,
                           uint64_t generation) {
   std::weak_ptr<TimerQueue> weak = weak_from_this();
-  alarm->Set(absl::ToChronoTime(when), [weak, generation](bool fired) {
+  alarm->Set(MonotonicTimespec(when), [weak, generation](bool fired) {
     if (!fired) return;  // replaced by an earlier alarm, or the queue is gone
     if (auto self = weak.lock()) self->OnAlarm(generation);
   });
@@ -82,7 +84,7 @@ void TimerQueue::OnAlarm(uint64_t generation) {
     if (generation != generation_) return;
     fired = std::move(alarm_);
     armed_for_ = absl::InfiniteFuture();
-    const absl::Time now = clock_->Now();
+    const absl::Time now = clock_->MonotonicNow();
     while (!timers_.empty() && timers_.begin()->first.first <= now) {
       due.push_back(std::move(timers_.begin()->second));
       timers_.erase(timers_.begin());

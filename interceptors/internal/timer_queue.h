@@ -11,8 +11,9 @@
 // Timers fire on gRPC's alarm thread, at their time or up to `granularity`
 // later, never earlier: the alarm is armed on granularity boundaries, so a
 // busy factory sets at most one Alarm per granularity step whatever its call
-// rate. Times are on the real clock (gRPC's), not the injected one: callers
-// convert with deadline.h.
+// rate. Times are on gRPC's monotonic clock (Clock::Real()->MonotonicNow()),
+// not the injected one: callers convert with OnGrpcClock (deadline.h). A
+// wall-clock step moves no timer.
 
 #ifndef RPCGUARD_INTERNAL_TIMER_QUEUE_H_
 #define RPCGUARD_INTERNAL_TIMER_QUEUE_H_
@@ -37,7 +38,8 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   // Identifies a scheduled timer, for Cancel.
   using Handle = std::pair<absl::Time, uint64_t>;
 
-  // Use Create: alarms hold the queue weakly.
+  // Use Create: alarms hold the queue weakly. `real_clock`'s monotonic time
+  // must be gRPC's: the queue's alarms run on it.
   TimerQueue(Clock* real_clock, absl::Duration granularity);
   static std::shared_ptr<TimerQueue> Create(
       Clock* real_clock = Clock::Real(),
@@ -49,9 +51,9 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   // What a timer runs: `run(target)`, if `target` is still alive then.
   using Run = void (*)(void* target);
 
-  // Runs `run` on `target` once, on gRPC's alarm thread, at `when` (real
-  // clock) or within `granularity` after it, unless cancelled first or
-  // `target` is gone by then (it is held weakly). `run` must not block; it
+  // Runs `run` on `target` once, on gRPC's alarm thread, at `when` (gRPC's
+  // monotonic clock) or within `granularity` after it, unless cancelled first
+  // or `target` is gone by then (it is held weakly). `run` must not block; it
   // may schedule and cancel timers. A function pointer and a weak
   // reference, not a std::function: a timer is set for every hedged call,
   // and this way setting one allocates only its map entry.

@@ -23,6 +23,7 @@
 
 #include "rpcguard/testing/fault_injector.h"
 
+#include <grpc/support/time.h>
 #include <grpcpp/alarm.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/generic/async_generic_service.h>
@@ -42,7 +43,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/server_hints.h"
 
@@ -238,7 +238,11 @@ class ForwardingCall final : public grpc::ServerGenericBidiReactor {
       // OnCancel cannot run before the constructor returns, so the alarm is
       // set before OnCancel may cancel it.
       alarm_set_ = true;
-      alarm_.Set(absl::ToChronoTime(absl::Now() + plan_.delay),
+      // On gRPC's monotonic clock: a wall-clock step does not move it.
+      alarm_.Set(gpr_time_add(
+                     gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_nanos(absl::ToInt64Nanoseconds(plan_.delay),
+                                         GPR_TIMESPAN)),
                  [this](bool) { Go(); });
     } else {
       Go();
@@ -495,7 +499,9 @@ void FaultInjector::Shutdown(absl::Duration grace) {
   absl::MutexLock lock(&core_->server_mu);
   if (core_->server == nullptr) return;
   // Returns once every call's OnDone has run: none uses the core after.
-  core_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  core_->server->Shutdown(gpr_time_add(
+      gpr_now(GPR_CLOCK_MONOTONIC),
+      gpr_time_from_nanos(absl::ToInt64Nanoseconds(grace), GPR_TIMESPAN)));
   core_->server->Wait();
   core_->server.reset();
   core_->port = 0;

@@ -75,7 +75,7 @@ std::pair<Recorder::Handle, RecordedAttempt> Recorder::Arrive(
   attempt.method = std::string(method);
   attempt.idempotency_key = std::string(idempotency_key);
   attempt.attempt_header = attempt_header > 0 ? attempt_header : 0;
-  attempt.arrival = clock_->Now();
+  attempt.arrival = clock_->MonotonicNow();
 
   absl::MutexLock lock(&mu_);
   ++total_attempts_;

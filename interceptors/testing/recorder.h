@@ -60,7 +60,9 @@ struct RecordedAttempt {
   // The attempt's number in its call as the server counts it: the n-th
   // attempt to arrive with this key (with no key: attempt_header, else 1).
   int number = 1;
-  // When it arrived, by the recorder's clock.
+  // When it arrived, on the recorder clock's monotonic time: subtract two
+  // arrivals to measure the gap between attempts (a wall-clock step does
+  // not change it); not a time to print.
   absl::Time arrival;
   // What was done to it.
   InjectedFault fault = InjectedFault::kNone;

@@ -24,7 +24,7 @@ class BreakerTestPeer {
   // in the state machine.
   static absl::Status TryTransition(CircuitBreaker& breaker, BreakerState from,
                                     BreakerState to) {
-    const absl::Time now = breaker.clock_->Now();
+    const absl::Time now = breaker.clock_->MonotonicNow();
     bool ok;
     {
       MutexLock lock(&breaker.impl_->mu);
