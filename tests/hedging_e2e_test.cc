@@ -172,6 +172,33 @@ TEST_P(HedgingE2ETest, TheDeadlineEndsEveryCopy) {
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
 }
 
+// The first copy fails with a pushback over kMaxServerDelay (60 s) that the
+// 2 s deadline cannot fit: no copy follows and, nothing being in flight, the
+// call ends at once (not at the deadline), saying `deadline`.
+TEST_P(HedgingE2ETest, AServerDelayThatCannotFitEndsTheCallAsDeadline) {
+  for (bool use_retry_info : {false, true}) {
+    FaultRequest req;
+    req.set_op_id(Op("pushback-over-cap"));
+    req.set_fail_first(1);  // UNAVAILABLE at once, before the hedge delay
+    if (use_retry_info) {
+      req.set_retry_info_ms(90000);
+    } else {
+      req.set_pushback_ms("90000");
+    }
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(2));
+    const absl::Time start = absl::Now();
+    const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "gave up: deadline"))
+        << s.error_message();
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  }
+}
+
 // The caller cancels with copies in flight: the call ends at once.
 TEST_P(HedgingE2ETest, TheCallersCancelEndsEveryCopy) {
   FaultRequest req;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -356,6 +357,153 @@ TEST_F(HedgeControllerTest, NoCopyAfterTheDeadline) {
   const HedgeController::Step s =
       c.OnCopyEnd(1, StatusCode::DEADLINE_EXCEEDED, kNone, false, true);
   EXPECT_TRUE(s.done);
+}
+
+// A server's delay is judged as a retry's is (CheckServerDelay): with a
+// deadline, the deadline alone bounds it; without one, more than
+// kMaxServerDelay stops the copies. A delay that cannot be waited out ends
+// the call at once when no copy is in flight.
+class HedgeServerDelayTest : public ::testing::Test {
+ protected:
+  // The step after the first copy failed UNAVAILABLE with `hint`, on a call
+  // with `time_to_deadline` (infinite: no deadline) and a minimal attempt
+  // time of 2 ms. `c_` holds the controller.
+  HedgeController::Step After(const Pushback& hint,
+                              absl::Duration time_to_deadline) {
+    c_.emplace(policy_, policy_.delay, clock_.Now() + time_to_deadline, &clock_,
+               absl::Milliseconds(2));
+    c_->Start();
+    return c_->OnCopyEnd(1, StatusCode::UNAVAILABLE, hint, false, true);
+  }
+
+  // The step waits out `wait` before the next copy, and nothing stopped.
+  void ExpectWaits(const HedgeController::Step& s, absl::Duration wait) {
+    EXPECT_FALSE(s.done);
+    EXPECT_FALSE(s.send);
+    EXPECT_EQ(s.next_timer, clock_.Now() + wait);
+    EXPECT_FALSE(c_->stopped());
+    EXPECT_EQ(c_->server_stop(), GiveUpReason::kNone);
+  }
+
+  // The call ended at once, for `reason`: no copy, no timer.
+  void ExpectEndsAtOnce(const HedgeController::Step& s, GiveUpReason reason) {
+    EXPECT_TRUE(s.done);
+    EXPECT_FALSE(s.send);
+    EXPECT_EQ(s.next_timer, absl::InfiniteFuture());
+    EXPECT_TRUE(c_->stopped());
+    EXPECT_EQ(c_->server_stop(), reason);
+  }
+
+  static Pushback RetryAfter(absl::Duration d) {
+    Pushback p;
+    p.kind = Pushback::Kind::kRetryAfter;
+    p.delay = d;
+    return p;
+  }
+  static Pushback Floor(absl::Duration d) {
+    Pushback p;
+    p.min_delay = d;
+    return p;
+  }
+
+  const HedgingPolicy policy_ = Policy(3, absl::Milliseconds(30));
+  FakeClock clock_;
+  std::optional<HedgeController> c_;
+};
+
+TEST_F(HedgeServerDelayTest, WithADeadlineAPushbackThatFitsDelaysTheNextCopy) {
+  // 998 ms plus the 2 ms minimal attempt time is exactly the second left.
+  ExpectWaits(After(RetryAfter(absl::Milliseconds(998)), absl::Seconds(1)),
+              absl::Milliseconds(998));
+}
+
+TEST_F(HedgeServerDelayTest,
+       WithADeadlineAPushbackThatDoesNotFitEndsTheCallAsDeadline) {
+  ExpectEndsAtOnce(After(RetryAfter(absl::Milliseconds(999)), absl::Seconds(1)),
+                   GiveUpReason::kDeadline);
+}
+
+TEST_F(HedgeServerDelayTest,
+       WithADeadlineARetryInfoFloorThatFitsDelaysTheNextCopy) {
+  ExpectWaits(After(Floor(absl::Milliseconds(998)), absl::Seconds(1)),
+              absl::Milliseconds(998));
+}
+
+TEST_F(HedgeServerDelayTest,
+       WithADeadlineARetryInfoFloorThatDoesNotFitEndsTheCallAsDeadline) {
+  ExpectEndsAtOnce(After(Floor(absl::Milliseconds(999)), absl::Seconds(1)),
+                   GiveUpReason::kDeadline);
+}
+
+TEST_F(HedgeServerDelayTest, WithADeadlineADelayOver60sThatFitsIsHonoured) {
+  for (const Pushback& hint :
+       {RetryAfter(absl::Seconds(90)), Floor(absl::Seconds(90))}) {
+    ExpectWaits(After(hint, absl::Minutes(5)), absl::Seconds(90));
+  }
+}
+
+TEST_F(HedgeServerDelayTest,
+       WithADeadlineADelayOver60sThatDoesNotFitEndsTheCallAsDeadline) {
+  for (const Pushback& hint :
+       {RetryAfter(absl::Seconds(90)), Floor(absl::Seconds(90))}) {
+    ExpectEndsAtOnce(After(hint, absl::Seconds(30)), GiveUpReason::kDeadline);
+  }
+}
+
+TEST_F(HedgeServerDelayTest, WithoutADeadlineADelayUpTo60sIsHonoured) {
+  for (const Pushback& hint :
+       {RetryAfter(kMaxServerDelay), Floor(kMaxServerDelay)}) {
+    ExpectWaits(After(hint, absl::InfiniteDuration()), kMaxServerDelay);
+  }
+}
+
+TEST_F(HedgeServerDelayTest, WithoutADeadlineADelayOver60sStops) {
+  const absl::Duration over = kMaxServerDelay + absl::Milliseconds(1);
+  for (const Pushback& hint : {RetryAfter(over), Floor(over)}) {
+    ExpectEndsAtOnce(After(hint, absl::InfiniteDuration()),
+                     GiveUpReason::kPushbackStop);
+  }
+}
+
+TEST_F(HedgeServerDelayTest, ANegativePushbackStopsWithOrWithoutADeadline) {
+  for (absl::Duration left : {absl::Seconds(1), absl::InfiniteDuration()}) {
+    ExpectEndsAtOnce(After(ParsePushback("-1"), left),
+                     GiveUpReason::kPushbackStop);
+  }
+}
+
+// A delay that cannot be waited out stops further copies; a copy already in
+// flight carries on, and the call ends with it.
+TEST_F(HedgeServerDelayTest, ADelayThatDoesNotFitLetsTheCopiesInFlightEnd) {
+  c_.emplace(policy_, policy_.delay, clock_.Now() + absl::Seconds(30), &clock_,
+             absl::Milliseconds(2));
+  c_->Start();
+  clock_.Advance(policy_.delay);
+  ASSERT_TRUE(c_->OnTimer(true).send);
+  HedgeController::Step s = c_->OnCopyEnd(
+      2, StatusCode::UNAVAILABLE, RetryAfter(absl::Seconds(90)), false, true);
+  EXPECT_FALSE(s.done);  // copy 1 is still out
+  EXPECT_FALSE(s.send);
+  EXPECT_TRUE(c_->stopped());
+  EXPECT_EQ(c_->server_stop(), GiveUpReason::kDeadline);
+  clock_.Advance(policy_.delay);
+  EXPECT_FALSE(c_->OnTimer(true).send);
+  s = c_->OnCopyEnd(1, StatusCode::OK, kNone, false, true);
+  EXPECT_TRUE(s.done);
+}
+
+// With every copy spent, a server's delay is moot: the call ends as out of
+// attempts, not for the delay (as a retry's last attempt does).
+TEST_F(HedgeServerDelayTest, WithTheCopiesSpentTheDelayIsNotJudged) {
+  const HedgingPolicy two = Policy(2, absl::Milliseconds(30));
+  HedgeController c(two, two.delay, clock_.Now() + absl::Seconds(1), &clock_,
+                    absl::Milliseconds(2));
+  c.Start();
+  ASSERT_TRUE(c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true).send);
+  const HedgeController::Step s = c.OnCopyEnd(
+      2, StatusCode::UNAVAILABLE, RetryAfter(absl::Seconds(90)), false, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(c.server_stop(), GiveUpReason::kNone);
 }
 
 }  // namespace

@@ -1089,3 +1089,136 @@ TEST(NotSentTest, LocalErrorWins) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// A delay the server chose (pushback or RetryInfo floor) against the time
+// left: with a deadline, the deadline alone bounds it, whatever its length;
+// without one, more than kMaxServerDelay means "do not retry".
+class ServerDelayTest : public ::testing::Test {
+ protected:
+  ServerDelayTest() {
+    policy_.idempotency = Idempotency::kIdempotent;
+    policy_.retry.max_attempts = 5;
+    policy_.min_attempt_time = absl::Milliseconds(2);
+  }
+
+  // The decision after a first attempt that failed UNAVAILABLE with
+  // `hint`, on a call with `time_to_deadline` (infinite: no deadline).
+  Decision After(const Pushback& hint, absl::Duration time_to_deadline) {
+    RetryController c(policy_, /*may_repeat=*/true,
+                      clock_.Now() + time_to_deadline, &clock_);
+    c.StartAttempt();
+    return c.OnAttemptEnd(StatusCode::UNAVAILABLE, hint, false, gen_.ref());
+  }
+
+  static Pushback Floor(absl::Duration d) {
+    Pushback p;
+    p.min_delay = d;
+    return p;
+  }
+
+  MethodPolicy policy_;
+  FakeClock clock_;
+  FixedBitGen gen_{0.0};  // backoff 0: any floor is the server's choice
+};
+
+TEST_F(ServerDelayTest, WithADeadlineAPushbackThatFitsIsHonoured) {
+  // 998 ms plus the 2 ms minimal attempt time is exactly the second left.
+  const Decision d = After(ParsePushback("998"), absl::Seconds(1));
+  EXPECT_EQ(d.action, Action::kRetry);
+  EXPECT_EQ(d.delay, absl::Milliseconds(998));
+}
+
+TEST_F(ServerDelayTest, WithADeadlineAPushbackThatDoesNotFitGivesUpAsDeadline) {
+  const Decision d = After(ParsePushback("999"), absl::Seconds(1));
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+}
+
+TEST_F(ServerDelayTest, WithADeadlineARetryInfoFloorThatFitsIsHonoured) {
+  const Decision d = After(Floor(absl::Milliseconds(998)), absl::Seconds(1));
+  EXPECT_EQ(d.action, Action::kRetry);
+  EXPECT_EQ(d.delay, absl::Milliseconds(998));
+}
+
+TEST_F(ServerDelayTest,
+       WithADeadlineARetryInfoFloorThatDoesNotFitGivesUpAsDeadline) {
+  const Decision d = After(Floor(absl::Milliseconds(999)), absl::Seconds(1));
+  EXPECT_EQ(d.action, Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+}
+
+TEST_F(ServerDelayTest, WithADeadlineADelayOver60sThatFitsIsHonoured) {
+  for (const Pushback& hint :
+       {ParsePushback("90000"), Floor(absl::Seconds(90))}) {
+    const Decision d = After(hint, absl::Minutes(5));
+    EXPECT_EQ(d.action, Action::kRetry);
+    EXPECT_EQ(d.delay, absl::Seconds(90));
+  }
+  // The method's timeout is a deadline too.
+  policy_.timeout = absl::Minutes(5);
+  const Decision d = After(ParsePushback("90000"), absl::InfiniteDuration());
+  EXPECT_EQ(d.action, Action::kRetry);
+  EXPECT_EQ(d.delay, absl::Seconds(90));
+}
+
+TEST_F(ServerDelayTest,
+       WithADeadlineADelayOver60sThatDoesNotFitGivesUpAsDeadline) {
+  for (const Pushback& hint : {ParsePushback("90000"), Floor(absl::Seconds(90)),
+                               ParsePushback("9223372036854775807")}) {
+    const Decision d = After(hint, absl::Seconds(30));
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kDeadline);
+    EXPECT_EQ(d.status_class, StatusClass::kRetriable);
+  }
+}
+
+TEST_F(ServerDelayTest, WithoutADeadlineADelayUpTo60sIsHonoured) {
+  for (const Pushback& hint :
+       {ParsePushback("60000"), Floor(kMaxServerDelay)}) {
+    const Decision d = After(hint, absl::InfiniteDuration());
+    EXPECT_EQ(d.action, Action::kRetry);
+    EXPECT_EQ(d.delay, kMaxServerDelay);
+  }
+}
+
+TEST_F(ServerDelayTest, WithoutADeadlineADelayOver60sStops) {
+  for (const Pushback& hint :
+       {ParsePushback("60001"), Floor(kMaxServerDelay + absl::Nanoseconds(1)),
+        ParsePushback("9223372036854775807")}) {
+    const Decision d = After(hint, absl::InfiniteDuration());
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kPushbackStop);
+  }
+}
+
+TEST_F(ServerDelayTest, ANegativePushbackStopsWithOrWithoutADeadline) {
+  for (absl::Duration left : {absl::Seconds(1), absl::InfiniteDuration()}) {
+    const Decision d = After(ParsePushback("-1"), left);
+    EXPECT_EQ(d.action, Action::kGiveUp);
+    EXPECT_EQ(d.reason, GiveUpReason::kPushbackStop);
+  }
+}
+
+// The rule itself, as retries and hedges share it.
+TEST(CheckServerDelayTest, TheDeadlineBoundsItElseTheCap) {
+  EXPECT_EQ(CheckServerDelay(absl::Seconds(1), absl::Seconds(1)),
+            GiveUpReason::kNone);
+  EXPECT_EQ(CheckServerDelay(absl::Seconds(1) + absl::Nanoseconds(1),
+                             absl::Seconds(1)),
+            GiveUpReason::kDeadline);
+  EXPECT_EQ(CheckServerDelay(absl::Seconds(90), absl::Minutes(5)),
+            GiveUpReason::kNone);
+  EXPECT_EQ(CheckServerDelay(absl::ZeroDuration(), -absl::Seconds(1)),
+            GiveUpReason::kDeadline);
+  EXPECT_EQ(CheckServerDelay(kMaxServerDelay, absl::InfiniteDuration()),
+            GiveUpReason::kNone);
+  EXPECT_EQ(CheckServerDelay(kMaxServerDelay + absl::Nanoseconds(1),
+                             absl::InfiniteDuration()),
+            GiveUpReason::kPushbackStop);
+}
+
+}  // namespace
+}  // namespace rpcguard

@@ -15,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
@@ -179,6 +181,37 @@ TEST_F(TraceE2ETest, GiveUpsReachTheHookOnceWithTheRequest) {
   EXPECT_EQ(events_[0].reason, GiveUpReason::kMaxAttempts);
   EXPECT_EQ(events_[1].reason, GiveUpReason::kNotIdempotent);
   EXPECT_EQ(events_[1].call_id, give_ups_[1].call_id);
+}
+
+// A server's delay over kMaxServerDelay (60 s) on a call with a 2 s
+// deadline: the deadline is what bounds it, so the call ends at once with
+// the server's status, and the status, the trace and the hook all say
+// `deadline` (not pushback_stop).
+TEST_F(TraceE2ETest, AServerDelayThatCannotFitGivesUpAsDeadline) {
+  Open(TraceVerbosity::kGiveUps);
+  FaultRequest req;
+  req.set_op_id("pushback-over-cap");
+  req.set_fail_first(1);
+  req.set_pushback_ms("90000");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const absl::Time start = absl::Now();
+  const grpc::Status s = stub_->Get(&ctx, req, &reply);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                "[rpcguard: 1 attempt, gave up: deadline]"))
+      << s.error_message();
+  EXPECT_EQ(server_.Op("pushback-over-cap").attempts, 1);
+
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].decision, TraceDecision::kGiveUp);
+  EXPECT_EQ(events_[0].reason, GiveUpReason::kDeadline);
+  EXPECT_TRUE(absl::StrContains(lines_, "reason=deadline")) << lines_;
+  ASSERT_EQ(give_ups_.size(), 1u);
+  EXPECT_EQ(give_ups_[0].reason, GiveUpReason::kDeadline);
 }
 
 TEST_F(TraceE2ETest, CancelDuringBackoffIsAFailFast) {

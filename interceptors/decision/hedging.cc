@@ -142,8 +142,12 @@ absl::Duration HedgeDelay(const HedgingPolicy& policy,
 
 HedgeController::HedgeController(const HedgingPolicy& policy,
                                  absl::Duration delay, absl::Time deadline,
-                                 Clock* clock)
-    : policy_(policy), delay_(delay), deadline_(deadline), clock_(clock) {}
+                                 Clock* clock, absl::Duration min_attempt_time)
+    : policy_(policy),
+      delay_(delay),
+      deadline_(deadline),
+      clock_(clock),
+      min_attempt_time_(min_attempt_time) {}
 
 absl::Time HedgeController::Start() {
   started_ = 1;
@@ -222,16 +226,28 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
   // A non-fatal failure.
   if (pushback.kind == Pushback::Kind::kStop) {
     stopped_ = true;
+    server_stop_ = GiveUpReason::kPushbackStop;
     next_timer_ = absl::InfiniteFuture();
   } else if (pushback.kind == Pushback::Kind::kRetryAfter ||
              pushback.min_delay.has_value()) {
-    // The server named a delay: the next copy waits for it (A6).
+    // The server named a delay: the next copy waits for it (A6), if it may.
     absl::Duration wait = pushback.kind == Pushback::Kind::kRetryAfter
                               ? pushback.delay
                               : absl::ZeroDuration();
     if (pushback.min_delay.has_value())
       wait = std::max(wait, *pushback.min_delay);
-    next_timer_ = CanStartMore(now) ? now + wait : absl::InfiniteFuture();
+    next_timer_ = absl::InfiniteFuture();
+    // Judged only when a copy could follow: with the copies spent, the
+    // delay is moot, as a retry's is after its last attempt.
+    if (CanStartMore(now)) {
+      server_stop_ =
+          CheckServerDelay(wait, deadline_ - now - min_attempt_time_);
+      if (server_stop_ == GiveUpReason::kNone) {
+        next_timer_ = now + wait;
+      } else {
+        stopped_ = true;
+      }
+    }
     step.next_timer = next_timer_;
   } else if (CanStartMore(now)) {
     // A6: a non-fatal failure sends the next copy at once.

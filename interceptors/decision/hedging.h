@@ -16,7 +16,10 @@
 // at once; the next after the hedging delay unless the call has ended; a
 // non-fatal failure starts the next at once; a fatal one ends the call and
 // cancels the rest; the first OK wins and cancels the rest; a server's
-// pushback delays the next copy by its value, or stops further copies.
+// pushback delays the next copy by its value, or stops further copies. A
+// server's delay is judged as a retry's is (CheckServerDelay): one that does
+// not fit before the deadline, or without a deadline exceeds kMaxServerDelay,
+// stops further copies at once.
 // The caller's deadline bounds every copy (the glue gives each the call's
 // deadline); a caller's cancel ends all of them.
 
@@ -34,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
+#include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/decision/status_class.h"
 #include "rpcguard/internal/mutex.h"
@@ -151,8 +155,11 @@ class HedgeController {
   };
 
   // `delay` is HedgeDelay's answer for this call; `deadline` the caller's.
+  // A server's delay must leave `min_attempt_time` before the deadline, as
+  // a retry's must (MethodPolicy::min_attempt_time).
   HedgeController(const HedgingPolicy& policy, absl::Duration delay,
-                  absl::Time deadline, Clock* clock);
+                  absl::Time deadline, Clock* clock,
+                  absl::Duration min_attempt_time = absl::ZeroDuration());
 
   // The first copy is sent now: returns when the hedge timer is due.
   absl::Time Start();
@@ -186,6 +193,10 @@ class HedgeController {
   // hedges (copies the timer sends).
   bool stopped() const { return stopped_; }
   bool hedges_stopped() const { return hedges_stopped_; }
+  // Why a server stopped further copies: kPushbackStop (it said not to
+  // retry, or asked a call without a deadline to wait over kMaxServerDelay)
+  // or kDeadline (its delay does not fit before the deadline); else kNone.
+  GiveUpReason server_stop() const { return server_stop_; }
 
  private:
   bool CanStartMore(absl::Time now) const;
@@ -194,11 +205,13 @@ class HedgeController {
   const absl::Duration delay_;
   const absl::Time deadline_;
   Clock* const clock_;
+  const absl::Duration min_attempt_time_;
   int started_ = 0;
   int in_flight_ = 0;
   bool decided_ = false;
   bool stopped_ = false;
   bool hedges_stopped_ = false;
+  GiveUpReason server_stop_ = GiveUpReason::kNone;
   absl::Time next_timer_ = absl::InfiniteFuture();
 };
 

@@ -125,11 +125,11 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
     delay = *pushback.min_delay;
     server_chose = true;
   }
-  // Without a deadline nothing else bounds a server's delay: one that asks
-  // for more than kMaxServerDelay is read as "do not retry".
-  if (server_chose && delay > kMaxServerDelay) {
-    d.reason = GiveUpReason::kPushbackStop;
-    return d;
+  // The deadline bounds a server's delay; without one, kMaxServerDelay does.
+  if (server_chose) {
+    d.reason =
+        CheckServerDelay(delay, deadline_ - now - policy_.min_attempt_time);
+    if (d.reason != GiveUpReason::kNone) return d;
   }
   if (deadline_ != absl::InfiniteFuture() &&
       now + delay + policy_.min_attempt_time > deadline_) {

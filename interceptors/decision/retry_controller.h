@@ -9,7 +9,8 @@
 // The caller's remaining deadline is the retry budget: a retry is started only
 // when its backoff plus a minimal attempt time still fits before the deadline;
 // otherwise the call gives up at once with the last attempt's status, rather
-// than sleeping into a deadline it cannot meet.
+// than sleeping into a deadline it cannot meet. The same holds for a delay the
+// server chose, whatever its length (CheckServerDelay in server_hints.h).
 
 #ifndef RPCGUARD_DECISION_RETRY_CONTROLLER_H_
 #define RPCGUARD_DECISION_RETRY_CONTROLLER_H_
@@ -28,11 +29,6 @@
 #include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
-
-// The longest wait a server may ask for (pushback or RetryInfo) before
-// rpcguard reads it as "do not retry" (give-up reason pushback_stop). The
-// deadline bounds waits anyway; this bounds calls without one.
-inline constexpr absl::Duration kMaxServerDelay = absl::Seconds(60);
 
 // How an attempt ended, as the interceptor saw it.
 struct AttemptEnd {

@@ -29,6 +29,14 @@ Pushback ParsePushback(absl::string_view value) {
   return p;
 }
 
+GiveUpReason CheckServerDelay(absl::Duration delay, absl::Duration time_left) {
+  if (time_left == absl::InfiniteDuration()) {
+    return delay > kMaxServerDelay ? GiveUpReason::kPushbackStop
+                                   : GiveUpReason::kNone;
+  }
+  return delay > time_left ? GiveUpReason::kDeadline : GiveUpReason::kNone;
+}
+
 std::optional<absl::Duration> ParseRetryInfo(absl::string_view status_details) {
   if (status_details.empty()) return std::nullopt;
   rpcguard::internal::v1::RpcStatus status;

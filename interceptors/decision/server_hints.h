@@ -14,8 +14,14 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpcguard/decision/give_up_reason.h"
 
 namespace rpcguard {
+
+// The longest wait a server may ask of a call without a deadline (pushback
+// or RetryInfo) before rpcguard reads it as "do not retry" (give-up reason
+// pushback_stop). A call with a deadline is bounded by its deadline alone.
+inline constexpr absl::Duration kMaxServerDelay = absl::Seconds(60);
 
 // The server's retry pushback (`grpc-retry-pushback-ms` trailer, gRFC A6)
 // and RetryInfo hint, as they apply to the next retry.
@@ -31,6 +37,16 @@ struct Pushback {
 // milliseconds means "retry after exactly this"; anything else (negative,
 // empty, not a number, overflowing) means "do not retry", as A6 specifies.
 Pushback ParsePushback(absl::string_view value);
+
+// Whether the next attempt (a retry, or a hedged call's next copy) may wait
+// out `delay`, a wait the server chose: a pushback, or a RetryInfo floor above
+// the backoff. `time_left` is what the wait may take: the time to the
+// caller's deadline less the least time an attempt needs, or
+// absl::InfiniteDuration() for a call without a deadline. Returns kNone when
+// the wait fits (with a deadline, however long it is: the caller chose that
+// bound), kDeadline when it does not, and, without a deadline, kPushbackStop
+// for a wait over kMaxServerDelay.
+GiveUpReason CheckServerDelay(absl::Duration delay, absl::Duration time_left);
 
 // Reads the retry_delay of a google.rpc.RetryInfo detail from serialized
 // google.rpc.Status bytes (the `grpc-status-details-bin` trailer, which

@@ -39,7 +39,8 @@ void HijackedCall::StartHedged() {
     if (phase_ == Phase::kDone) return;
     const HedgingPolicy& policy = *policy_.hedging;
     hedge_.emplace(policy, HedgeDelay(policy, method_.latency.get()),
-                   controller_.deadline(), factory_->clock());
+                   controller_.deadline(), factory_->clock(),
+                   policy_.min_attempt_time);
     cancelled = cancelled_;
     remaining = controller_.Remaining();
   }
@@ -186,8 +187,10 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
       step = hedge_->OnCopyEnd(copy != nullptr ? copy->number : 0,
                                status.error_code(), pushback, cancelled_,
                                /*allowed=*/true);
-      if (pushback.kind == Pushback::Kind::kStop) {
-        hedge_stop_ = GiveUpReason::kPushbackStop;
+      // The server stopped the copies, or asked for a delay that cannot be
+      // waited out: that is why the call ends, once nothing is in flight.
+      if (hedge_->server_stop() != GiveUpReason::kNone) {
+        hedge_stop_ = hedge_->server_stop();
       }
     }
   }
