@@ -370,8 +370,8 @@ class HedgeServerDelayTest : public ::testing::Test {
   // time of 2 ms. `c_` holds the controller.
   HedgeController::Step After(const Pushback& hint,
                               absl::Duration time_to_deadline) {
-    c_.emplace(policy_, policy_.delay, clock_.Now() + time_to_deadline, &clock_,
-               absl::Milliseconds(2));
+    c_.emplace(policy_, policy_.delay, clock_.MonotonicNow() + time_to_deadline,
+               &clock_, absl::Milliseconds(2));
     c_->Start();
     return c_->OnCopyEnd(1, StatusCode::UNAVAILABLE, hint, false, true);
   }
@@ -380,7 +380,7 @@ class HedgeServerDelayTest : public ::testing::Test {
   void ExpectWaits(const HedgeController::Step& s, absl::Duration wait) {
     EXPECT_FALSE(s.done);
     EXPECT_FALSE(s.send);
-    EXPECT_EQ(s.next_timer, clock_.Now() + wait);
+    EXPECT_EQ(s.next_timer, clock_.MonotonicNow() + wait);
     EXPECT_FALSE(c_->stopped());
     EXPECT_EQ(c_->server_stop(), GiveUpReason::kNone);
   }
@@ -475,8 +475,8 @@ TEST_F(HedgeServerDelayTest, ANegativePushbackStopsWithOrWithoutADeadline) {
 // A delay that cannot be waited out stops further copies; a copy already in
 // flight carries on, and the call ends with it.
 TEST_F(HedgeServerDelayTest, ADelayThatDoesNotFitLetsTheCopiesInFlightEnd) {
-  c_.emplace(policy_, policy_.delay, clock_.Now() + absl::Seconds(30), &clock_,
-             absl::Milliseconds(2));
+  c_.emplace(policy_, policy_.delay, clock_.MonotonicNow() + absl::Seconds(30),
+             &clock_, absl::Milliseconds(2));
   c_->Start();
   clock_.Advance(policy_.delay);
   ASSERT_TRUE(c_->OnTimer(true).send);
@@ -496,8 +496,8 @@ TEST_F(HedgeServerDelayTest, ADelayThatDoesNotFitLetsTheCopiesInFlightEnd) {
 // attempts, not for the delay (as a retry's last attempt does).
 TEST_F(HedgeServerDelayTest, WithTheCopiesSpentTheDelayIsNotJudged) {
   const HedgingPolicy two = Policy(2, absl::Milliseconds(30));
-  HedgeController c(two, two.delay, clock_.Now() + absl::Seconds(1), &clock_,
-                    absl::Milliseconds(2));
+  HedgeController c(two, two.delay, clock_.MonotonicNow() + absl::Seconds(1),
+                    &clock_, absl::Milliseconds(2));
   c.Start();
   ASSERT_TRUE(c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true).send);
   const HedgeController::Step s = c.OnCopyEnd(

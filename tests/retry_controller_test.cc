@@ -1108,7 +1108,7 @@ class ServerDelayTest : public ::testing::Test {
   // `hint`, on a call with `time_to_deadline` (infinite: no deadline).
   Decision After(const Pushback& hint, absl::Duration time_to_deadline) {
     RetryController c(policy_, /*may_repeat=*/true,
-                      clock_.Now() + time_to_deadline, &clock_);
+                      clock_.MonotonicNow() + time_to_deadline, &clock_);
     c.StartAttempt();
     return c.OnAttemptEnd(StatusCode::UNAVAILABLE, hint, false, gen_.ref());
   }
