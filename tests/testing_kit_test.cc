@@ -513,10 +513,30 @@ TEST_P(TestingKitTest, OneFakeClockDrivesRpcguardAndTheRecorder) {
   ASSERT_EQ(attempts.size(), 2u);
   EXPECT_EQ(attempts[0].arrival, t0 + absl::Minutes(5));
   EXPECT_EQ(attempts[1].arrival, t0 + absl::Minutes(5));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(events.size(), 2u);  // the retried attempt and the final one
+    for (const TraceEvent& e : events) {
+      EXPECT_EQ(e.time, t0 + absl::Minutes(5));
+    }
+    events.clear();
+  }
+
+  // The wall clock alone steps back an hour, as NTP may: trace timestamps
+  // follow it; arrivals (monotonic) and the call's decisions do not.
+  clock.StepWall(absl::Hours(-1));
+  status = Charge(stub.get(), 10);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  attempts = faults.recorder().Attempts(kCharge);
+  ASSERT_EQ(attempts.size(), 4u);
+  EXPECT_EQ(attempts[3].arrival, t0 + absl::Minutes(5));
   absl::MutexLock lock(&mu);
-  ASSERT_EQ(events.size(), 2u);  // the retried attempt and the final one
+  ASSERT_EQ(events.size(), 2u);
   for (const TraceEvent& e : events) {
-    EXPECT_EQ(e.time, t0 + absl::Minutes(5));
+    EXPECT_EQ(e.time, t0 + absl::Minutes(5) - absl::Hours(1));
+    // Charge's 5 s deadline, on the (still) monotonic clock.
+    EXPECT_GT(e.deadline_left, absl::Seconds(4));
+    EXPECT_LE(e.deadline_left, absl::Seconds(5));
   }
 }
 
