@@ -14,8 +14,10 @@ bool IsInfiniteFuture(gpr_timespec ts) {
 }
 
 absl::Time FromTimespec(gpr_timespec ts) {
-  return absl::UnixEpoch() + absl::Seconds(ts.tv_sec) +
-         absl::Nanoseconds(ts.tv_nsec);
+  timespec t;
+  t.tv_sec = ts.tv_sec;
+  t.tv_nsec = ts.tv_nsec;
+  return absl::TimeFromTimespec(t);
 }
 
 }  // namespace
@@ -34,7 +36,7 @@ gpr_timespec MonotonicTimespec(absl::Time t) {
     return gpr_inf_future(GPR_CLOCK_MONOTONIC);
   }
   if (t < absl::UnixEpoch()) return gpr_time_0(GPR_CLOCK_MONOTONIC);
-  const timespec ts = absl::ToTimespec(t - absl::UnixEpoch());
+  const timespec ts = absl::ToTimespec(t);
   gpr_timespec out;
   out.tv_sec = ts.tv_sec;
   out.tv_nsec = static_cast<int32_t>(ts.tv_nsec);
