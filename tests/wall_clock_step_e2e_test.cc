@@ -15,7 +15,9 @@
 //
 // Timing is measured on steady_clock, and waits here are relative sleeps:
 // an absl timed wait is an absolute realtime futex wait, which returns at
-// once at a negative offset.
+// once at a negative offset. gRPC's own such waits (its timer and
+// completion-queue threads) spin while the offset is negative, so each case
+// goes back to the real time as soon as it can.
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -47,11 +50,11 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 
 constexpr absl::Duration kHour = absl::Hours(1);
 
-// One retry after a backoff of 2.8-4.2 s (3.5 s, A6 jitter): longer than a
-// step takes to show everywhere, so the step lands inside it.
+// One retry after a backoff of 3.2-4.8 s (4 s, A6 jitter): longer than a
+// step takes to show everywhere (2.1 s at most), so the step lands inside it.
 constexpr char kRetryPolicy[] = R"json(
-    "retryPolicy": {"maxAttempts": 2, "initialBackoff": "3.5s",
-                    "maxBackoff": "3.5s", "backoffMultiplier": 2,
+    "retryPolicy": {"maxAttempts": 2, "initialBackoff": "4s",
+                    "maxBackoff": "4s", "backoffMultiplier": 2,
                     "retryableStatusCodes": ["UNAVAILABLE"]})json";
 
 // No breaker or budget to interfere with the case at hand.
@@ -104,6 +107,10 @@ std::string RetrierName(const ::testing::TestParamInfo<Retrier>& info) {
   return info.param == Retrier::kRpcguard ? "Rpcguard" : "GrpcRetry";
 }
 
+void PrintTo(Retrier r, std::ostream* os) {
+  *os << (r == Retrier::kRpcguard ? "rpcguard" : "gRPC's own retry");
+}
+
 class WallClockStepTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,7 +118,7 @@ class WallClockStepTest : public ::testing::Test {
   }
 
   // Back to the real time, whatever the case left: a negative offset
-  // makes gRPC's timer thread spin (its waits return at once).
+  // makes gRPC's timer threads spin (their waits return at once).
   void TearDown() override {
     server_.SetMode(0, 0, false, 0);
     EXPECT_TRUE(StepWallClockTo(absl::ZeroDuration()).ok());
@@ -164,6 +171,10 @@ class WallClockStepTest : public ::testing::Test {
                 absl::FormatDuration(offset).c_str(),
                 absl::FormatDuration(took).c_str());
   }
+
+  // The cases (c) and (d), with a step or without (their controls).
+  void BreakerCase(bool step);
+  void HedgeCase(bool step);
 
   FaultServer server_;
   std::shared_ptr<BreakerRegistry> registry_ = *BreakerRegistry::Create({});
@@ -230,10 +241,10 @@ TEST_P(WallClockStepRetryTest, ForwardStepDuringABackoffKeepsTheDeadline) {
       << call.status.error_code() << " " << call.status.error_message()
       << " after " << call.took << " of a 20s deadline";
   EXPECT_EQ(server_.Op(call.req.op_id()).attempts, 2);
-  EXPECT_LT(call.took, absl::Seconds(6));
+  EXPECT_LT(call.took, absl::Seconds(6));  // the backoff, not the deadline
 }
 
-// (b) -1 h during the backoff of a call with a 6 s deadline, the server
+// (b) -1 h during the backoff of a call with a 7 s deadline, the server
 // hanging from then on: the retry carries the time the call has left (not
 // an hour more), and the call ends at its deadline.
 TEST_P(WallClockStepRetryTest, BackwardStepDuringABackoffKeepsTheDeadline) {
@@ -242,7 +253,7 @@ TEST_P(WallClockStepRetryTest, BackwardStepDuringABackoffKeepsTheDeadline) {
   call.req.set_op_id(Op("backward"));
   call.req.set_fail_first(1);
   call.ctx.set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::seconds(6));
+                        std::chrono::seconds(7));
   call.Start(stub.get());
   ASSERT_TRUE(WaitForAttempts(call.req.op_id(), 1));
   absl::SleepFor(absl::Milliseconds(50));
@@ -251,8 +262,8 @@ TEST_P(WallClockStepRetryTest, BackwardStepDuringABackoffKeepsTheDeadline) {
   ASSERT_EQ(server_.Op(call.req.op_id()).attempts, 1)
       << "the step must land inside the backoff";
 
-  if (WaitForAttempts(call.req.op_id(), 2, absl::Seconds(6))) {
-    const absl::Duration left = absl::Seconds(6) - Since(call.start);
+  if (WaitForAttempts(call.req.op_id(), 2, absl::Seconds(7))) {
+    const absl::Duration left = absl::Seconds(7) - Since(call.start);
     const testing::OpRecord op = server_.Op(call.req.op_id());
     // Both read after the step (the server's deadline is converted to the
     // wall clock when read).
@@ -267,16 +278,16 @@ TEST_P(WallClockStepRetryTest, BackwardStepDuringABackoffKeepsTheDeadline) {
     ADD_FAILURE() << "attempt 2 never reached the server";
   }
 
-  if (!call.WaitUntil(absl::Seconds(8))) {
-    ADD_FAILURE() << "the call was still running 2s after its 6s deadline "
+  if (!call.WaitUntil(absl::Seconds(9))) {
+    ADD_FAILURE() << "the call was still running 2s after its 7s deadline "
                      "(cancelled now)";
     call.CancelAndWait();
     return;
   }
   EXPECT_EQ(call.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
       << call.status.error_message();
-  EXPECT_GE(call.took, absl::Milliseconds(5900));
-  EXPECT_LE(call.took, absl::Milliseconds(6500));
+  EXPECT_GE(call.took, absl::Milliseconds(6900));
+  EXPECT_LE(call.took, absl::Milliseconds(7500));
 }
 
 INSTANTIATE_TEST_SUITE_P(Retriers, WallClockStepRetryTest,
@@ -284,9 +295,10 @@ INSTANTIATE_TEST_SUITE_P(Retriers, WallClockStepRetryTest,
                                            Retrier::kGrpcRetry),
                          RetrierName);
 
-// (c) -1 h while the breaker is open (1 s): it probes after its open time,
-// the healed server closes it, and every call reaches the server.
-TEST_F(WallClockStepTest, BackwardStepWhileTheBreakerIsOpen) {
+// (c) The breaker opens for 1 s, the wall clock steps back 1 h (or not:
+// the control) and the server heals: the breaker probes after its open
+// time, closes, and every call reaches the server.
+void WallClockStepTest::BreakerCase(bool step) {
   auto stub = Rpcguard(R"(
       "rpcguard": {"idempotency": "NO_SIDE_EFFECTS"})",
                        R"("rpcguard": {
@@ -304,7 +316,7 @@ TEST_F(WallClockStepTest, BackwardStepWhileTheBreakerIsOpen) {
   }
   const SteadyTime opened = std::chrono::steady_clock::now();
   ASSERT_EQ(registry_->Get(server_.address())->state(), BreakerState::kOpen);
-  ASSERT_NO_FATAL_FAILURE(Step(-kHour));
+  if (step) ASSERT_NO_FATAL_FAILURE(Step(-kHour));
   server_.SetMode(0, 0, false, 0);
   while (Since(opened) < absl::Milliseconds(1300)) {
     absl::SleepFor(absl::Milliseconds(5));
@@ -333,32 +345,51 @@ TEST_F(WallClockStepTest, BackwardStepWhileTheBreakerIsOpen) {
   EXPECT_EQ(registry_->Get(server_.address())->state(), BreakerState::kClosed);
 }
 
-// (d) -1 h while a hedge is pending (3 s delay, the first copy answering
-// after 6 s): the hedge goes out after its delay and answers the call.
-TEST_F(WallClockStepTest, BackwardStepWithAHedgePending) {
+TEST_F(WallClockStepTest, TheBreakerProbesOnTimeWithoutAStep) {
+  BreakerCase(/*step=*/false);
+}
+
+TEST_F(WallClockStepTest, BackwardStepWhileTheBreakerIsOpen) {
+  BreakerCase(/*step=*/true);
+}
+
+// (d) A hedge pending (3.5 s delay, the first copy answering after 5.5 s), the
+// wall clock steps back 1 h (or not: the control): the hedge goes out after
+// its delay and answers the call.
+void WallClockStepTest::HedgeCase(bool step) {
   auto stub = Rpcguard(R"(
-      "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "3s"},
+      "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "3.5s"},
       "rpcguard": {"idempotency": "NO_SIDE_EFFECTS"})");
   Call call;
-  call.req.set_op_id("hedged");
-  call.req.set_slow_first_ms(6000);
+  call.req.set_op_id(step ? "hedged-stepped" : "hedged");
+  call.req.set_slow_first_ms(5500);
   call.ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(10));
   call.Start(stub.get());
   ASSERT_TRUE(WaitForAttempts(call.req.op_id(), 1));
-  ASSERT_NO_FATAL_FAILURE(Step(-kHour));
-  ASSERT_EQ(server_.Op(call.req.op_id()).attempts, 1)
-      << "the step must land before the hedge is due";
-  ASSERT_LT(Since(call.start), absl::Milliseconds(2900));
+  if (step) {
+    ASSERT_NO_FATAL_FAILURE(Step(-kHour));
+    ASSERT_EQ(server_.Op(call.req.op_id()).attempts, 1)
+        << "the step must land before the hedge is due";
+    ASSERT_LT(Since(call.start), absl::Milliseconds(3400));
+  }
 
   if (!call.WaitUntil(absl::Seconds(12))) call.CancelAndWait();
   EXPECT_TRUE(call.status.ok()) << call.status.error_message();
   EXPECT_EQ(call.reply.attempt_header(), "2")
       << "answered by copy " << call.reply.attempt_header() << " after "
-      << call.took << ": the hedge was not sent at 3s";
+      << call.took << ": the hedge was not sent at 3.5s";
   EXPECT_EQ(server_.Op(call.req.op_id()).attempts, 2);
-  EXPECT_GE(call.took, absl::Milliseconds(2950));
-  EXPECT_LT(call.took, absl::Seconds(4));
+  EXPECT_GE(call.took, absl::Milliseconds(3450));
+  EXPECT_LT(call.took, absl::Milliseconds(4500));
+}
+
+TEST_F(WallClockStepTest, TheHedgeGoesOutOnTimeWithoutAStep) {
+  HedgeCase(/*step=*/false);
+}
+
+TEST_F(WallClockStepTest, BackwardStepWithAHedgePending) {
+  HedgeCase(/*step=*/true);
 }
 
 }  // namespace

@@ -106,10 +106,11 @@ void RunUnderFaketimeOrDie(int argc, char** argv) {
   const std::string lib = FindLibfaketime();
   if (lib.empty() || access(lib.c_str(), R_OK) != 0) {
     Die(absl::StrCat(
-        "libfaketime not found (", lib.empty() ? "no " : lib, " ",
-        "/usr/lib/*/faketime/libfaketimeMT.so.1): install Debian's "
-        "`faketime` package (./bazelw installs it: apt-get install "
-        "faketime). This test steps the real wall clock and never skips."));
+        "libfaketime not found at ",
+        lib.empty() ? "/usr/lib/*/faketime/libfaketimeMT.so.1" : lib,
+        ": install Debian's `faketime` package (./bazelw installs it; or "
+        "apt-get install faketime). This test steps the real wall clock "
+        "and never skips."));
   }
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string file =
