@@ -114,14 +114,16 @@ void PrintTo(Retrier r, std::ostream* os) {
 class WallClockStepTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(StepWallClockTo(absl::ZeroDuration()).ok());
+    const absl::Status s = StepWallClockTo(absl::ZeroDuration());
+    ASSERT_TRUE(s.ok()) << s;
   }
 
   // Back to the real time, whatever the case left: a negative offset
   // makes gRPC's timer threads spin (their waits return at once).
   void TearDown() override {
     server_.SetMode(0, 0, false, 0);
-    EXPECT_TRUE(StepWallClockTo(absl::ZeroDuration()).ok());
+    const absl::Status s = StepWallClockTo(absl::ZeroDuration());
+    EXPECT_TRUE(s.ok()) << s;
   }
 
   // A channel through rpcguard with `method_config` for every method.
