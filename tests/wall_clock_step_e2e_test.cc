@@ -318,7 +318,9 @@ void WallClockStepTest::BreakerCase(bool step) {
   }
   const SteadyTime opened = std::chrono::steady_clock::now();
   ASSERT_EQ(registry_->Get(server_.address())->state(), BreakerState::kOpen);
-  if (step) ASSERT_NO_FATAL_FAILURE(Step(-kHour));
+  if (step) {
+    ASSERT_NO_FATAL_FAILURE(Step(-kHour));
+  }
   server_.SetMode(0, 0, false, 0);
   while (Since(opened) < absl::Milliseconds(1300)) {
     absl::SleepFor(absl::Milliseconds(5));
