@@ -19,6 +19,8 @@
 // as a retried failure is. Only the first copy's latency feeds the adaptive
 // delay (see OnCopyDone).
 
+#include <grpcpp/alarm.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -30,6 +32,28 @@
 
 namespace rpcguard {
 namespace internal {
+namespace {
+
+// Drops a copy that ended after its call did, on one of gRPC's executor
+// threads. The copy's context may hold the last reference to the
+// application's channel, and a channel destroyed on the callback thread
+// running the copy's completion can take gRPC's callback queue, and the
+// threads that serve it, down from under that thread (ASan: double free in
+// grpc_cq_internal_unref). Only copies cancelled or outrun pay for this
+// alarm.
+void ReleaseOnExecutor(std::shared_ptr<grpc::ClientContext> context) {
+  if (context == nullptr) return;
+  auto* alarm = new grpc::Alarm;
+  // A deadline in the past: runs at once. The alarm's own state outlives
+  // its callback, which may delete it.
+  alarm->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC),
+             [alarm, context = std::move(context)](bool) mutable {
+               context.reset();
+               delete alarm;
+             });
+}
+
+}  // namespace
 
 void HijackedCall::StartHedged() {
   bool cancelled;
@@ -82,6 +106,7 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
       copy->sent = factory_->clock()->Now();
       if (number == 1) first_copy_sent_ = copy->sent;
       copies_.push_back(copy);
+      ++copies_sending_;
       phase_ = Phase::kAttempting;
       // Held while any copy runs: each copy's callback has a raw pointer.
       if (in_flight_ == nullptr) in_flight_ = shared_from_this();
@@ -100,7 +125,7 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                      never_sent, /*retrying=*/false);
     return false;
   }
-  const std::shared_ptr<grpc::ClientContext> context = copy->context;
+  std::shared_ptr<grpc::ClientContext> context = copy->context;
   PrepareContext(*context, *copy, number);
   Attempt* raw = copy.get();
   {
@@ -112,13 +137,23 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                      });
   }
   bool cancel_now;
+  std::optional<Ending> ending;
   {
     internal::MutexLock lock(&mu_);
     // The call was decided, or cancelled, while this copy was started.
     cancel_now = cancelled_ || phase_ == Phase::kDone;
     if (cancel_now) copy->loser = !cancelled_;
+    if (--copies_sending_ == 0) ending.swap(deferred_ending_);
   }
   if (cancel_now) context->TryCancel();
+  if (ending.has_value()) {
+    // Decided while this copy was being started: its context now holds the
+    // channel, so the application may have the result. Not through this
+    // frame's references: the copy may end, and be released, meanwhile.
+    context.reset();
+    copy.reset();
+    Conclude(*ending);
+  }
   return true;
 }
 
@@ -210,7 +245,10 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
       method_.latency->Record(ran);
     }
   }
-  if (decided_before) return;
+  if (decided_before) {
+    ReleaseOnExecutor(std::move(copy->context));
+    return;
+  }
   if (step.done) {
     GiveUpReason reason = GiveUpReason::kNone;
     if (!status.ok()) {
@@ -382,6 +420,7 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   absl::InlinedVector<TimerQueue::Handle, 2> timers;
   int copies = 0;
   absl::Duration delay;
+  bool deferred = false;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
@@ -408,11 +447,25 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   }
   // Outside mu_: a cancelled copy may end on this thread.
   for (const auto& context : losers) context->TryCancel();
+  // Before the application has the result: see ReleaseOnExecutor.
+  const int cancelled = static_cast<int>(losers.size());
+  losers.clear();
   for (const auto& timer : timers) factory_->hedge_timers()->Cancel(timer);
   factory_->stats()->RecordHedgedCall(
       method_.stats, copies, status.ok() && copy != nullptr && copy->number > 1,
-      static_cast<int>(losers.size()), delay);
-  Conclude(ending);
+      cancelled, delay);
+  {
+    internal::MutexLock lock(&mu_);
+    // A copy is being started on the application's channel, to which it
+    // holds only a raw pointer until the copy's context has the channel: the
+    // application must not have the result (and destroy the channel) before
+    // then, so that copy's SendCopy concludes the call.
+    if (copies_sending_ > 0) {
+      deferred_ending_ = ending;
+      deferred = true;
+    }
+  }
+  if (!deferred) Conclude(ending);
 }
 
 void HijackedCall::CancelHedged() {

@@ -346,6 +346,12 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   absl::Time first_copy_sent_ ABSL_GUARDED_BY(mu_);
   // This call's hedge timers on the factory's TimerQueue, to cancel.
   absl::InlinedVector<TimerQueue::Handle, 2> hedge_timers_ ABSL_GUARDED_BY(mu_);
+  // Copies admitted by SendCopy and not yet started on the application's
+  // channel, and the call's end while there are any (EndHedged): the
+  // application may destroy its channel as soon as it has the result, so the
+  // last of those copies concludes the call once it holds the channel.
+  int copies_sending_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Ending> deferred_ending_ ABSL_GUARDED_BY(mu_);
   // Why no more copies go, if that ends the call (pushback, refusal).
   GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
   Batches parked_ ABSL_GUARDED_BY(mu_);
