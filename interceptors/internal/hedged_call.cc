@@ -88,6 +88,44 @@ void HijackedCall::StartHedged() {
   }
   SendCopy(1, std::move(start.admission), std::nullopt);
   if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
+  // Core ends each copy at the caller's deadline, but a copy's ending reaches
+  // rpcguard through gRPC's callback queue, whose threads (gRPC 1.51's
+  // CallbackAlternativeCQ) sleep 100 ms after a second without events: the
+  // call would end that much late. A timer on the real clock keeps the
+  // deadline instead (with an injected clock, the copies' endings do).
+  if (factory_->clock() == Clock::Real() &&
+      gpr_time_cmp(setup_.raw_deadline,
+                   gpr_inf_future(setup_.raw_deadline.clock_type)) != 0) {
+    TimerQueue* timers = factory_->hedge_timers();
+    const TimerQueue::Handle handle = timers->Schedule(
+        WallTimeOf(setup_.raw_deadline), weak_from_this(), [](void* call) {
+          static_cast<HijackedCall*>(call)->OnHedgedDeadline();
+        });
+    bool done;
+    {
+      internal::MutexLock lock(&mu_);
+      done = phase_ == Phase::kDone;
+      if (!done) hedge_timers_.push_back(handle);
+    }
+    if (done) timers->Cancel(handle);
+  }
+}
+
+void HijackedCall::OnHedgedDeadline() {
+  const Attempt* keep;
+  {
+    internal::MutexLock lock(&mu_);
+    // No copy out (waiting out a pushback): the hedge timer, which never
+    // fires after the deadline, ends the call.
+    if (phase_ == Phase::kDone || cancelled_ || copies_.empty()) return;
+    // The oldest copy is left to end by its own deadline and to be counted
+    // as the call's failure, as when its ending decides the call; the others
+    // are cancelled as losers.
+    keep = copies_.front().get();
+  }
+  EndHedged(
+      grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
+      GiveUpReason::kDeadline, nullptr, StatusClass::kRetriable, keep);
 }
 
 bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
@@ -414,7 +452,7 @@ void HijackedCall::ArmHedgeTimer(absl::Time when) {
 
 void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
                              const std::shared_ptr<Attempt>& copy,
-                             StatusClass status_class) {
+                             StatusClass status_class, const Attempt* keep) {
   Ending ending;
   std::vector<std::shared_ptr<grpc::ClientContext>> losers;
   absl::InlinedVector<TimerQueue::Handle, 2> timers;
@@ -428,9 +466,12 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
     delay = hedge_.has_value() ? hedge_->delay() : absl::ZeroDuration();
     // The terminal line names the copy that decided the call and those it
     // cancels (FinishLocked leaves these two fields alone).
-    final_.terminal.copy = copy != nullptr ? copy->number : 0;
+    final_.terminal.copy = copy != nullptr   ? copy->number
+                           : keep != nullptr ? keep->number
+                                             : 0;
     final_.terminal.cancelled.clear();
     for (const auto& other : copies_) {
+      if (other.get() == keep) continue;
       other->loser = true;
       if (other->context != nullptr) losers.push_back(other->context);
       final_.terminal.cancelled.push_back(other->number);
