@@ -19,6 +19,8 @@
 // as a retried failure is. Only the first copy's latency feeds the adaptive
 // delay (see OnCopyDone).
 
+#include <grpcpp/alarm.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -30,6 +32,28 @@
 
 namespace rpcguard {
 namespace internal {
+namespace {
+
+// Drops a copy that ended after its call did, on one of gRPC's executor
+// threads. The copy's context may hold the last reference to the
+// application's channel, and a channel destroyed on the callback thread
+// running the copy's completion can take gRPC's callback queue, and the
+// threads that serve it, down from under that thread (ASan: double free in
+// grpc_cq_internal_unref). Only copies cancelled or outrun pay for this
+// alarm.
+void ReleaseOnExecutor(std::shared_ptr<grpc::ClientContext> context) {
+  if (context == nullptr) return;
+  auto* alarm = new grpc::Alarm;
+  // A deadline in the past: runs at once. The alarm's own state outlives
+  // its callback, which may delete it.
+  alarm->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC),
+             [alarm, context = std::move(context)](bool) mutable {
+               context.reset();
+               delete alarm;
+             });
+}
+
+}  // namespace
 
 void HijackedCall::StartHedged() {
   bool cancelled;
@@ -65,6 +89,44 @@ void HijackedCall::StartHedged() {
   }
   SendCopy(1, std::move(start.admission), std::nullopt);
   if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
+  // Core ends each copy at the caller's deadline, but a copy's ending reaches
+  // rpcguard through gRPC's callback queue, whose threads (gRPC 1.51's
+  // CallbackAlternativeCQ) sleep 100 ms after a second without events: the
+  // call would end that much late. A timer on the real clock keeps the
+  // deadline instead (with an injected clock, the copies' endings do).
+  if (factory_->clock() == Clock::Real() &&
+      gpr_time_cmp(setup_.raw_deadline,
+                   gpr_inf_future(setup_.raw_deadline.clock_type)) != 0) {
+    TimerQueue* timers = factory_->hedge_timers();
+    const TimerQueue::Handle handle = timers->Schedule(
+        WallTimeOf(setup_.raw_deadline), weak_from_this(), [](void* call) {
+          static_cast<HijackedCall*>(call)->OnHedgedDeadline();
+        });
+    bool done;
+    {
+      internal::MutexLock lock(&mu_);
+      done = phase_ == Phase::kDone;
+      if (!done) hedge_timers_.push_back(handle);
+    }
+    if (done) timers->Cancel(handle);
+  }
+}
+
+void HijackedCall::OnHedgedDeadline() {
+  const Attempt* keep;
+  {
+    internal::MutexLock lock(&mu_);
+    // No copy out (waiting out a pushback): the hedge timer, which never
+    // fires after the deadline, ends the call.
+    if (phase_ == Phase::kDone || cancelled_ || copies_.empty()) return;
+    // The oldest copy is left to end by its own deadline and to be counted
+    // as the call's failure, as when its ending decides the call; the others
+    // are cancelled as losers.
+    keep = copies_.front().get();
+  }
+  EndHedged(
+      grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
+      GiveUpReason::kDeadline, nullptr, StatusClass::kRetriable, keep);
 }
 
 bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
@@ -83,6 +145,7 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
       copy->sent = factory_->clock()->MonotonicNow();
       if (number == 1) first_copy_sent_ = copy->sent;
       copies_.push_back(copy);
+      ++copies_sending_;
       phase_ = Phase::kAttempting;
       // Held while any copy runs: each copy's callback has a raw pointer.
       if (in_flight_ == nullptr) in_flight_ = shared_from_this();
@@ -101,7 +164,7 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                      never_sent, /*retrying=*/false);
     return false;
   }
-  const std::shared_ptr<grpc::ClientContext> context = copy->context;
+  std::shared_ptr<grpc::ClientContext> context = copy->context;
   PrepareContext(*context, *copy, number);
   Attempt* raw = copy.get();
   {
@@ -113,13 +176,23 @@ bool HijackedCall::SendCopy(int number, std::optional<Admission> admission,
                      });
   }
   bool cancel_now;
+  std::optional<Ending> ending;
   {
     internal::MutexLock lock(&mu_);
     // The call was decided, or cancelled, while this copy was started.
     cancel_now = cancelled_ || phase_ == Phase::kDone;
     if (cancel_now) copy->loser = !cancelled_;
+    if (--copies_sending_ == 0) ending.swap(deferred_ending_);
   }
   if (cancel_now) context->TryCancel();
+  if (ending.has_value()) {
+    // Decided while this copy was being started: its context now holds the
+    // channel, so the application may have the result. Not through this
+    // frame's references: the copy may end, and be released, meanwhile.
+    context.reset();
+    copy.reset();
+    Conclude(*ending);
+  }
   return true;
 }
 
@@ -214,7 +287,10 @@ void HijackedCall::OnCopyDone(Attempt* raw, grpc::Status status) {
       method_.latency->Record(ran);
     }
   }
-  if (decided_before) return;
+  if (decided_before) {
+    ReleaseOnExecutor(std::move(copy->context));
+    return;
+  }
   if (step.done) {
     GiveUpReason reason = GiveUpReason::kNone;
     if (!status.ok()) {
@@ -378,12 +454,13 @@ void HijackedCall::ArmHedgeTimer(absl::Time when) {
 
 void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
                              const std::shared_ptr<Attempt>& copy,
-                             StatusClass status_class) {
+                             StatusClass status_class, const Attempt* keep) {
   Ending ending;
   std::vector<std::shared_ptr<grpc::ClientContext>> losers;
   absl::InlinedVector<TimerQueue::Handle, 2> timers;
   int copies = 0;
   absl::Duration delay;
+  bool deferred = false;
   {
     internal::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
@@ -391,9 +468,12 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
     delay = hedge_.has_value() ? hedge_->delay() : absl::ZeroDuration();
     // The terminal line names the copy that decided the call and those it
     // cancels (FinishLocked leaves these two fields alone).
-    final_.terminal.copy = copy != nullptr ? copy->number : 0;
+    final_.terminal.copy = copy != nullptr   ? copy->number
+                           : keep != nullptr ? keep->number
+                                             : 0;
     final_.terminal.cancelled.clear();
     for (const auto& other : copies_) {
+      if (other.get() == keep) continue;
       other->loser = true;
       if (other->context != nullptr) losers.push_back(other->context);
       final_.terminal.cancelled.push_back(other->number);
@@ -410,11 +490,25 @@ void HijackedCall::EndHedged(const grpc::Status& status, GiveUpReason reason,
   }
   // Outside mu_: a cancelled copy may end on this thread.
   for (const auto& context : losers) context->TryCancel();
+  // Before the application has the result: see ReleaseOnExecutor.
+  const int cancelled = static_cast<int>(losers.size());
+  losers.clear();
   for (const auto& timer : timers) factory_->hedge_timers()->Cancel(timer);
   factory_->stats()->RecordHedgedCall(
       method_.stats, copies, status.ok() && copy != nullptr && copy->number > 1,
-      static_cast<int>(losers.size()), delay);
-  Conclude(ending);
+      cancelled, delay);
+  {
+    internal::MutexLock lock(&mu_);
+    // A copy is being started on the application's channel, to which it
+    // holds only a raw pointer until the copy's context has the channel: the
+    // application must not have the result (and destroy the channel) before
+    // then, so that copy's SendCopy concludes the call.
+    if (copies_sending_ > 0) {
+      deferred_ending_ = ending;
+      deferred = true;
+    }
+  }
+  if (!deferred) Conclude(ending);
 }
 
 void HijackedCall::CancelHedged() {

@@ -280,6 +280,9 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   void OnCopyDone(Attempt* copy, grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   void OnHedgeTimer() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmHedgeTimer(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller's deadline, kept by rpcguard rather than by the copies'
+  // endings (see StartHedged): ends the call if copies are still out.
+  void OnHedgedDeadline() ABSL_LOCKS_EXCLUDED(mu_);
   // The deferred half of Cancel() for a hedged call: cancels every copy.
   void CancelHedged() ABSL_LOCKS_EXCLUDED(mu_);
   // Sends the copy a HedgeController step asked for, if the destination
@@ -289,10 +292,11 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   void SendAskedCopy(std::optional<RetryCharge> replaces)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a hedged call with `status` from `copy` (null: none), cancelling
-  // the other copies; outside mu_.
+  // the other copies but `keep` (if any, left to end and be counted on its
+  // own); outside mu_.
   void EndHedged(const grpc::Status& status, GiveUpReason reason,
-                 const std::shared_ptr<Attempt>& copy, StatusClass status_class)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                 const std::shared_ptr<Attempt>& copy, StatusClass status_class,
+                 const Attempt* keep = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Records the outcome (kDone); `kind` and `status_class` describe the
   // terminal trace event: the attempt that ended the call (kAttempt), or
@@ -350,6 +354,12 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   absl::Time first_copy_sent_ ABSL_GUARDED_BY(mu_);
   // This call's hedge timers on the factory's TimerQueue, to cancel.
   absl::InlinedVector<TimerQueue::Handle, 2> hedge_timers_ ABSL_GUARDED_BY(mu_);
+  // Copies admitted by SendCopy and not yet started on the application's
+  // channel, and the call's end while there are any (EndHedged): the
+  // application may destroy its channel as soon as it has the result, so the
+  // last of those copies concludes the call once it holds the channel.
+  int copies_sending_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Ending> deferred_ending_ ABSL_GUARDED_BY(mu_);
   // Why no more copies go, if that ends the call (pushback, refusal).
   GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
   Batches parked_ ABSL_GUARDED_BY(mu_);
