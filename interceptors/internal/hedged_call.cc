@@ -95,11 +95,10 @@ void HijackedCall::StartHedged() {
   // call would end that much late. A timer on the real clock keeps the
   // deadline instead (with an injected clock, the copies' endings do).
   if (factory_->clock() == Clock::Real() &&
-      gpr_time_cmp(setup_.raw_deadline,
-                   gpr_inf_future(setup_.raw_deadline.clock_type)) != 0) {
+      setup_.grpc_deadline != absl::InfiniteFuture()) {
     TimerQueue* timers = factory_->hedge_timers();
     const TimerQueue::Handle handle = timers->Schedule(
-        WallTimeOf(setup_.raw_deadline), weak_from_this(), [](void* call) {
+        setup_.grpc_deadline, weak_from_this(), [](void* call) {
           static_cast<HijackedCall*>(call)->OnHedgedDeadline();
         });
     bool done;
