@@ -88,14 +88,31 @@ void HijackedCall::StartHedged() {
     timer = hedge_->Start();
   }
   SendCopy(1, std::move(start.admission), std::nullopt);
-  if (timer != absl::InfiniteFuture()) ArmHedgeTimer(timer);
+  if (timer != absl::InfiniteFuture()) {
+    // The deadline timer waits for the first hedge timer (which never fires
+    // after the deadline): most calls end before it, and pay for neither.
+    ArmHedgeTimer(timer);
+  } else {
+    ArmDeadlineTimer();
+  }
+}
+
+void HijackedCall::ArmDeadlineTimer() {
   // Core ends each copy at the caller's deadline, but a copy's ending reaches
   // rpcguard through gRPC's callback queue, whose threads (gRPC 1.51's
   // CallbackAlternativeCQ) sleep 100 ms after a second without events: the
   // call would end that much late. A timer on the real clock keeps the
   // deadline instead (with an injected clock, the copies' endings do).
-  if (factory_->clock() == Clock::Real() &&
-      setup_.grpc_deadline != absl::InfiniteFuture()) {
+  if (factory_->clock() != Clock::Real() ||
+      setup_.grpc_deadline == absl::InfiniteFuture()) {
+    return;
+  }
+  {
+    internal::MutexLock lock(&mu_);
+    if (deadline_timer_armed_ || phase_ == Phase::kDone) return;
+    deadline_timer_armed_ = true;
+  }
+  {
     TimerQueue* timers = factory_->hedge_timers();
     const TimerQueue::Handle handle = timers->Schedule(
         setup_.grpc_deadline, weak_from_this(), [](void* call) {
@@ -403,6 +420,7 @@ void HijackedCall::SendAskedCopy(std::optional<RetryCharge> replaces) {
 }
 
 void HijackedCall::OnHedgeTimer() {
+  ArmDeadlineTimer();
   HedgeController::Step step;
   grpc::Status last;
   std::shared_ptr<Attempt> last_copy;

@@ -281,7 +281,9 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   void OnHedgeTimer() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmHedgeTimer(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_);
   // The caller's deadline, kept by rpcguard rather than by the copies'
-  // endings (see StartHedged): ends the call if copies are still out.
+  // endings (see ArmDeadlineTimer): ends the call if copies are still out.
+  // Armed once, at the first hedge timer (or at the start without one).
+  void ArmDeadlineTimer() ABSL_LOCKS_EXCLUDED(mu_);
   void OnHedgedDeadline() ABSL_LOCKS_EXCLUDED(mu_);
   // The deferred half of Cancel() for a hedged call: cancels every copy.
   void CancelHedged() ABSL_LOCKS_EXCLUDED(mu_);
@@ -359,6 +361,7 @@ class HijackedCall : public std::enable_shared_from_this<HijackedCall> {
   // application may destroy its channel as soon as it has the result, so the
   // last of those copies concludes the call once it holds the channel.
   int copies_sending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool deadline_timer_armed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Ending> deferred_ending_ ABSL_GUARDED_BY(mu_);
   // Why no more copies go, if that ends the call (pushback, refusal).
   GiveUpReason hedge_stop_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kMaxAttempts;
