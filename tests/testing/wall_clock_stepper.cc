@@ -2,8 +2,10 @@
 
 #include "tests/testing/wall_clock_stepper.h"
 
+#include <dirent.h>
 #include <glob.h>
 #include <grpc/support/time.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,6 +158,43 @@ WallClockOffsets ObserveWallClocks() {
   return o;
 }
 
+namespace {
+
+void Ignore(int) {}
+
+// Interrupts every other thread's sleep, so that it reads the wall clock
+// again. gRPC 1.51's callback-queue threads ("nexting" threads) nap between
+// polls with gpr_sleep_until on the realtime clock, which loops on a
+// relative nanosleep of (deadline - now): a thread that starts a nap just
+// after a step back of an hour computes an hour-long nanosleep, which going
+// back to the real time does not shorten, and it then holds up the queue's
+// shutdown (a channel's or server's destruction) for that hour. Interrupted
+// (EINTR), gpr_sleep_until computes the time left anew. A no-op handler
+// with SA_RESTART: every other interrupted call resumes as if nothing
+// happened.
+void WakeSleepers() {
+  static const bool installed = [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = Ignore;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGURG, &sa, nullptr) == 0;
+  }();
+  if (!installed) return;
+  DIR* tasks = opendir("/proc/self/task");
+  if (tasks == nullptr) return;
+  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  while (dirent* entry = readdir(tasks)) {
+    const pid_t tid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (tid <= 0 || tid == self) continue;
+    syscall(SYS_tgkill, getpid(), tid, SIGURG);
+  }
+  closedir(tasks);
+}
+
+}  // namespace
+
 absl::Status StepWallClockTo(absl::Duration offset, absl::Duration timeout,
                              absl::Duration* took) {
   const char* file = std::getenv(kOffsetFileEnv);
@@ -175,6 +214,7 @@ absl::Status StepWallClockTo(absl::Duration offset, absl::Duration timeout,
   const auto start = std::chrono::steady_clock::now();
   const auto limit = start + absl::ToChronoNanoseconds(timeout);
   if (absl::Status s = WriteOffset(file, offset); !s.ok()) return s;
+  const bool forward = offset > g_offset;
   g_offset = offset;
   WallClockOffsets seen;
   while (true) {
@@ -192,6 +232,8 @@ absl::Status StepWallClockTo(absl::Duration offset, absl::Duration timeout,
     // at once after a backward step.
     absl::SleepFor(absl::Milliseconds(1));
   }
+  // A step forward ends the naps that an earlier step back stretched.
+  if (forward) WakeSleepers();
   if (!Shows(seen.steady_clock, absl::ZeroDuration())) {
     return absl::InternalError(absl::StrCat(
         "steady_clock moved with the wall clock: ", DebugString(seen)));

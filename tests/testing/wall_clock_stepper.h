@@ -14,6 +14,12 @@
 // the clock survive, at the cost of spinning: gRPC's timer threads take
 // about 1.7 cores then). So offsets are never positive, a forward step goes
 // from a negative base to zero, and a test stays below zero briefly.
+//
+// A step back also stretches naps: gRPC 1.51's callback-queue threads nap
+// with gpr_sleep_until on the realtime clock, and one that starts a nap
+// after a step back of an hour sleeps an hour, which blocks the queue's
+// shutdown. So a step forward (back to zero) interrupts every thread's sleep
+// with a no-op signal (SIGURG), and the naps end as they should.
 
 #ifndef RPCGUARD_TESTS_TESTING_WALL_CLOCK_STEPPER_H_
 #define RPCGUARD_TESTS_TESTING_WALL_CLOCK_STEPPER_H_
