@@ -2,7 +2,8 @@
 //
 // How an application tests its service under retries with rpcguard's test
 // kit (rpcguard/testing/): its own service on a real server, the fault
-// injector in front, its own client through rpcguard. The README's example.
+// injector in front, its own client through rpcguard. The example of
+// docs/testing-kit.md.
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
