@@ -2,44 +2,34 @@
 //
 // The parser is written for hostile input (it gets a fuzzer): every index is
 // checked against the line's length, nesting is bounded, and every loop
-// consumes at least one byte per turn.
+// consumes at least one byte per turn. It only splits lines into fields; what
+// the fields mean is the schema in observability/trace_fields.h, which the
+// writers use too.
 
 #include "tools/trace_reader.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "rpcguard/internal/json.h"
+#include "rpcguard/observability/trace_fields.h"
 
 namespace rpcguard {
 namespace {
 
-// One key=value of a line. `absent`: logfmt's bare "-" or JSON's null.
-struct Field {
-  std::string key;
-  std::string value;
-  bool absent = false;
-};
+// One key=value of a line; the schema that gives them meaning is
+// observability/trace_fields.h, shared with the writers.
+using Field = internal::TraceFieldText;
 using Fields = std::vector<Field>;
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // Reads a double-quoted logfmt value starting at s[*i] == '"', with the
 // escapes the writer uses (JSON's). Leaves *i after the closing quote. A
@@ -169,234 +159,6 @@ std::optional<size_t> FindJsonMarker(absl::string_view s) {
   }
 }
 
-// The value of `key` (the last one, if repeated), or null if missing.
-const Field* Find(const Fields& fields, absl::string_view key) {
-  for (auto it = fields.rbegin(); it != fields.rend(); ++it) {
-    if (it->key == key) return &*it;
-  }
-  return nullptr;
-}
-
-// Reads fields into an event, checking each. Fields the writers always write
-// are required, so that a line cut short is reported rather than read wrong.
-class EventBuilder {
- public:
-  explicit EventBuilder(const Fields& fields) : fields_(fields) {}
-
-  absl::StatusOr<TraceEvent> Build() {
-    const Field* msg = Find(fields_, "msg");
-    if (msg == nullptr || msg->value != "rpcguard") {
-      return absl::NotFoundError("not an rpcguard event");
-    }
-    TraceEvent e;
-    const Field* kind = Find(fields_, "event");
-    if (kind == nullptr) return Missing("event");
-    if (kind->value == "attempt") {
-      e.kind = TraceEvent::Kind::kAttempt;
-    } else if (kind->value == "fail_fast") {
-      e.kind = TraceEvent::Kind::kFailFast;
-    } else if (kind->value == "breaker") {
-      e.kind = TraceEvent::Kind::kBreakerTransition;
-    } else if (kind->value == "hedge") {
-      e.kind = TraceEvent::Kind::kHedge;
-    } else {
-      return Bad("event", kind->value);
-    }
-
-    const Field* ts = Find(fields_, "ts");
-    if (ts == nullptr) return Missing("ts");
-    std::string err;
-    if (!absl::ParseTime(absl::RFC3339_full, ts->value, &e.time, &err)) {
-      return Bad("ts", ts->value);
-    }
-
-    absl::Status st;
-    if (e.kind == TraceEvent::Kind::kBreakerTransition) {
-      st.Update(CallId(/*required=*/false, &e.call_id));
-      st.Update(String("method", /*required=*/false, &e.method));
-      st.Update(String("breaker_key", true, &e.breaker_key));
-      st.Update(String("from", true, &e.from_state));
-      st.Update(String("to", true, &e.to_state));
-    } else {
-      st.Update(CallId(/*required=*/true, &e.call_id));
-      st.Update(String("method", true, &e.method));
-      st.Update(Attempt(&e.attempt));
-      // A copy just sent (hedge) has no code yet; a fail-fast, and a copy
-      // just sent, no class: nothing was answered.
-      const bool hedge = e.kind == TraceEvent::Kind::kHedge;
-      st.Update(Code(/*may_be_empty=*/hedge, &e.code));
-      st.Update(Class(e.kind == TraceEvent::Kind::kFailFast || hedge,
-                      &e.status_class));
-      st.Update(Decision(&e.decision));
-      st.Update(Reason(&e.reason));
-      st.Update(Millis("backoff_ms", &e.backoff));
-      st.Update(Millis("deadline_left_ms", &e.deadline_left));
-      st.Update(String("breaker", true, &e.breaker_state));
-      st.Update(String("breaker_key", true, &e.breaker_key));
-      st.Update(String("key", true, &e.idempotency_key));
-      st.Update(Copy(&e.copy));
-      st.Update(Cancelled(&e.cancelled));
-    }
-    st.Update(String("message", false, &e.message));
-    if (!st.ok()) return st;
-    return e;
-  }
-
- private:
-  static absl::Status Missing(absl::string_view key) {
-    return absl::InvalidArgumentError(absl::StrCat("missing field ", key));
-  }
-  static absl::Status Bad(absl::string_view key, absl::string_view value) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad ", key, "=", absl::CEscape(value.substr(0, 40)),
-                     value.size() > 40 ? "..." : ""));
-  }
-
-  // The field's text; Missing if required and not there.
-  absl::StatusOr<const Field*> Get(absl::string_view key, bool required) {
-    const Field* f = Find(fields_, key);
-    if (f == nullptr && required) return Missing(key);
-    return f;
-  }
-
-  absl::Status String(absl::string_view key, bool required, std::string* out) {
-    absl::StatusOr<const Field*> f = Get(key, required);
-    if (!f.ok()) return f.status();
-    if (*f != nullptr && !(*f)->absent) *out = (*f)->value;
-    return absl::OkStatus();
-  }
-
-  absl::Status CallId(bool required, uint64_t* out) {
-    absl::StatusOr<const Field*> f = Get("call", required);
-    if (!f.ok()) return f.status();
-    if (*f == nullptr || ((*f)->absent && !required)) return absl::OkStatus();
-    std::optional<uint64_t> id = ParseCallId((*f)->value);
-    if (!id) return Bad("call", (*f)->value);
-    *out = *id;
-    return absl::OkStatus();
-  }
-
-  absl::Status Attempt(int* out) {
-    absl::StatusOr<const Field*> f = Get("attempt", true);
-    if (!f.ok()) return f.status();
-    int n;
-    if (!absl::SimpleAtoi((*f)->value, &n) || n < 0) {
-      return Bad("attempt", (*f)->value);
-    }
-    *out = n;
-    return absl::OkStatus();
-  }
-
-  absl::Status Code(bool may_be_empty, grpc::StatusCode* out) {
-    absl::StatusOr<const Field*> f = Get("code", true);
-    if (!f.ok()) return f.status();
-    if (may_be_empty && (*f)->absent) return absl::OkStatus();
-    absl::StatusOr<grpc::StatusCode> code = ParseStatusCode((*f)->value);
-    if (!code.ok()) return Bad("code", (*f)->value);
-    *out = *code;
-    return absl::OkStatus();
-  }
-
-  absl::Status Class(bool may_be_empty, StatusClass* out) {
-    absl::StatusOr<const Field*> f = Get("class", true);
-    if (!f.ok()) return f.status();
-    const std::string v = absl::AsciiStrToLower((*f)->value);
-    if (may_be_empty && (v.empty() || v == "-")) {
-      *out = StatusClass::kFatal;  // the class a refused call ends in
-    } else if (v == "ok") {
-      *out = StatusClass::kOk;
-    } else if (v == "retriable") {
-      *out = StatusClass::kRetriable;
-    } else if (v == "fatal") {
-      *out = StatusClass::kFatal;
-    } else if (v == "auth") {
-      *out = StatusClass::kAuth;
-    } else {
-      return Bad("class", (*f)->value);
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Decision(TraceDecision* out) {
-    absl::StatusOr<const Field*> f = Get("decision", true);
-    if (!f.ok()) return f.status();
-    for (TraceDecision d : {TraceDecision::kDone, TraceDecision::kRetry,
-                            TraceDecision::kGiveUp, TraceDecision::kHedge}) {
-      if ((*f)->value == TraceDecisionName(d)) {
-        *out = d;
-        return absl::OkStatus();
-      }
-    }
-    return Bad("decision", (*f)->value);
-  }
-
-  absl::Status Reason(GiveUpReason* out) {
-    absl::StatusOr<const Field*> f = Get("reason", true);
-    if (!f.ok()) return f.status();
-    if ((*f)->absent) return absl::OkStatus();
-    for (int i = 0; i < kNumGiveUpReasons; ++i) {
-      const auto r = static_cast<GiveUpReason>(i);
-      if ((*f)->value == GiveUpReasonName(r)) {
-        *out = r;
-        return absl::OkStatus();
-      }
-    }
-    return Bad("reason", (*f)->value);
-  }
-
-  // A hedged call's terminal `copy` (optional, 1 or more).
-  absl::Status Copy(int* out) {
-    const Field* f = Find(fields_, "copy");
-    if (f == nullptr || f->absent) return absl::OkStatus();
-    if (!absl::SimpleAtoi(f->value, out) || *out < 1) {
-      return Bad("copy", f->value);
-    }
-    return absl::OkStatus();
-  }
-
-  // `cancelled`: copy numbers, comma-separated (optional).
-  absl::Status Cancelled(std::vector<int>* out) {
-    const Field* f = Find(fields_, "cancelled");
-    if (f == nullptr || f->absent) return absl::OkStatus();
-    for (absl::string_view part : absl::StrSplit(f->value, ',')) {
-      int n;
-      // Bounded: a copy number is small, and a line may be hostile.
-      if (!absl::SimpleAtoi(part, &n) || n < 1 || out->size() >= 64) {
-        out->clear();
-        return Bad("cancelled", f->value);
-      }
-      out->push_back(n);
-    }
-    return absl::OkStatus();
-  }
-
-  // Milliseconds ("12.3", "inf"; null is infinite) into a Duration, rounded
-  // to the microsecond the writer wrote.
-  absl::Status Millis(absl::string_view key, absl::Duration* out) {
-    absl::StatusOr<const Field*> f = Get(key, true);
-    if (!f.ok()) return f.status();
-    const std::string& v = (*f)->value;
-    if ((*f)->absent || v == "inf") {
-      *out = absl::InfiniteDuration();
-      return absl::OkStatus();
-    }
-    if (v == "-inf") {
-      *out = -absl::InfiniteDuration();
-      return absl::OkStatus();
-    }
-    double ms;
-    // SimpleAtod takes "nan" and "infinity" too; the writers never do.
-    if (!absl::SimpleAtod(v, &ms) || !std::isfinite(ms) ||
-        std::fabs(ms) > 9e12 || v.find_first_of("nNiI") != std::string::npos) {
-      return Bad(key, v);
-    }
-    *out = absl::Microseconds(std::llround(ms * 1000));
-    return absl::OkStatus();
-  }
-
-  const Fields& fields_;
-};
-
 // Strips what surrounds a line read from a file: its newline.
 absl::string_view TrimLine(absl::string_view line) {
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
@@ -479,14 +241,7 @@ std::string Outcome(bool done, bool gave_up, GiveUpReason reason) {
 }  // namespace
 
 std::optional<uint64_t> ParseCallId(absl::string_view text) {
-  if (text.empty() || text.size() > 16) return std::nullopt;
-  uint64_t v = 0;
-  for (char c : text) {
-    const int h = HexValue(c);
-    if (h < 0) return std::nullopt;
-    v = v * 16 + static_cast<uint64_t>(h);
-  }
-  return v;
+  return internal::ParseTraceCallId(text);
 }
 
 absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line) {
@@ -503,7 +258,7 @@ absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line) {
       Fields fields;
       json_error = ParseJsonObject(line, brace, &fields);
       if (json_error.ok()) {
-        absl::StatusOr<TraceEvent> e = EventBuilder(fields).Build();
+        absl::StatusOr<TraceEvent> e = internal::EventFromTraceFields(fields);
         // NotFound: the marker was in a nested object; keep looking.
         if (!absl::IsNotFound(e.status())) return e;
         json_error = e.status();
@@ -515,7 +270,7 @@ absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line) {
     Fields fields;
     absl::Status st = ParseLogfmt(line, &fields);
     if (!st.ok()) return st;
-    return EventBuilder(fields).Build();
+    return internal::EventFromTraceFields(fields);
   }
   if (!json_error.ok() && !absl::IsNotFound(json_error)) return json_error;
   return absl::NotFoundError("not an rpcguard event");

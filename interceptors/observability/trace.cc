@@ -7,64 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "rpcguard/observability/trace_fields.h"
 
 namespace rpcguard {
 namespace {
-
-constexpr char kTimeFormat[] = "%Y-%m-%dT%H:%M:%E6SZ";
-
-// Lowercase, as people write it ("retriable"); StatusClassName is for code.
-absl::string_view ClassText(StatusClass c) {
-  switch (c) {
-    case StatusClass::kOk:
-      return "ok";
-    case StatusClass::kRetriable:
-      return "retriable";
-    case StatusClass::kFatal:
-      return "fatal";
-    case StatusClass::kAuth:
-      return "auth";
-  }
-  return "ok";
-}
-
-absl::string_view Level(const TraceEvent& e) {
-  switch (e.kind) {
-    case TraceEvent::Kind::kAttempt:
-      return e.decision == TraceDecision::kGiveUp ? "warn" : "info";
-    case TraceEvent::Kind::kFailFast:
-      return "warn";
-    case TraceEvent::Kind::kBreakerTransition:
-      return e.to_state == "open" ? "warn" : "info";
-    case TraceEvent::Kind::kHedge:
-      return "info";
-  }
-  return "info";
-}
-
-// Milliseconds with microsecond precision, computed on integers so that the
-// text is exact and parses back to the same Duration: "12.3", "0", "-1.5".
-std::string FormatMs(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return "inf";
-  if (d == -absl::InfiniteDuration()) return "-inf";
-  const int64_t us = absl::ToInt64Microseconds(d);
-  const bool negative = us < 0;
-  // Unsigned, so that the most negative value does not overflow.
-  const uint64_t abs_us =
-      negative ? 0 - static_cast<uint64_t>(us) : static_cast<uint64_t>(us);
-  std::string out = absl::StrCat(negative ? "-" : "", abs_us / 1000);
-  uint64_t frac = abs_us % 1000;
-  if (frac != 0) {
-    int digits = 3;
-    while (frac % 10 == 0) {
-      frac /= 10;
-      --digits;
-    }
-    absl::StrAppend(&out, ".", absl::StrFormat("%0*d", digits, frac));
-  }
-  return out;
-}
 
 // Length of the valid UTF-8 sequence at the start of `s`, or 0 if it is not
 // one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF,
@@ -220,44 +166,20 @@ class LineWriter {
   std::string out_;
 };
 
+// Walks the schema (trace_fields.h): the rows of the event's kind, in order.
 std::string Format(const TraceEvent& e, bool json) {
   LineWriter w(json);
-  w.String("ts", absl::FormatTime(kTimeFormat, e.time, absl::UTCTimeZone()));
-  w.String("level", Level(e));
-  w.String("msg", "rpcguard");
-  w.String("event", TraceEventKindName(e.kind));
-  if (e.kind == TraceEvent::Kind::kBreakerTransition) {
-    if (e.call_id != 0) w.String("call", FormatCallId(e.call_id));
-    if (!e.method.empty()) w.String("method", e.method);
-    w.String("breaker_key", e.breaker_key);
-    w.String("from", e.from_state);
-    w.String("to", e.to_state);
-  } else {
-    w.String("call", FormatCallId(e.call_id));
-    w.String("method", e.method);
-    w.Number("attempt", absl::StrCat(e.attempt));
-    // A copy just sent has no status yet.
-    const bool hedge = e.kind == TraceEvent::Kind::kHedge;
-    w.String("code", hedge ? absl::string_view() : StatusCodeName(e.code));
-    // A call refused before an attempt was sent has no answer to classify.
-    w.String("class", e.kind == TraceEvent::Kind::kFailFast || hedge
-                          ? absl::string_view()
-                          : ClassText(e.status_class));
-    w.String("decision", TraceDecisionName(e.decision));
-    w.String("reason", e.reason == GiveUpReason::kNone
-                           ? absl::string_view()
-                           : GiveUpReasonName(e.reason));
-    w.Number("backoff_ms", FormatMs(e.backoff));
-    w.Number("deadline_left_ms", FormatMs(e.deadline_left));
-    w.String("breaker", e.breaker_state);
-    w.String("breaker_key", e.breaker_key);
-    w.String("key", e.idempotency_key);
-    if (e.copy > 0) w.Number("copy", absl::StrCat(e.copy));
-    if (!e.cancelled.empty()) {
-      w.String("cancelled", absl::StrJoin(e.cancelled, ","));
+  const uint8_t kind = internal::TraceKindBit(e.kind);
+  for (const internal::TraceField& field : internal::TraceFields()) {
+    if ((field.kinds & kind) == 0) continue;
+    internal::TraceFieldValue value;
+    if (!field.format(e, &value)) continue;
+    if (value.number) {
+      w.Number(field.key, value.text);
+    } else {
+      w.String(field.key, value.text);
     }
   }
-  if (!e.message.empty()) w.String("message", e.message);
   return std::move(w).Finish();
 }
 
