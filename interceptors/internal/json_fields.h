@@ -4,7 +4,7 @@
 // which collects every error of a document with its JSON path (as gRPC's
 // own service-config loader does, so one run of a config names all of its
 // mistakes), and readers of single values (durations, counts, status codes)
-// that report into it. Private to :config.
+// that report into it. Not API.
 
 #ifndef RPCGUARD_INTERNAL_JSON_FIELDS_H_
 #define RPCGUARD_INTERNAL_JSON_FIELDS_H_

@@ -7,7 +7,7 @@
 // option reader (proto_options.cc), Config::Resolve's merge and Explain all
 // walk it, so adding a setting is adding a MethodPolicy member, a list entry
 // in policy.h, a row here (the compiler refuses a list entry without its
-// row) and, if it has one, its field in options.proto. Private to :config.
+// row) and, if it has one, its field in options.proto. Not API.
 
 #ifndef RPCGUARD_INTERNAL_POLICY_FIELDS_H_
 #define RPCGUARD_INTERNAL_POLICY_FIELDS_H_
@@ -17,10 +17,10 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "json_fields.h"  // private to :config
 #include "rpcguard/config.h"
 #include "rpcguard/decision/policy.h"
 #include "rpcguard/internal/json.h"
+#include "rpcguard/internal/json_fields.h"
 
 namespace rpcguard {
 namespace v1 {
