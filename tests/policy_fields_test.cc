@@ -170,5 +170,22 @@ TEST(PolicyFieldsTest, MergeKeepsTheJitterApartFromTheRetryPolicy) {
   EXPECT_EQ(have, kFieldRetry | kFieldJitter);
 }
 
+// A .proto option reports every bad field too, as the JSON does.
+TEST(PolicyFieldsTest, OptionErrorsAreAllReported) {
+  ::rpcguard::v1::MethodPolicy option;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "retry { max_attempts: 1 backoff_multiplier: -1 } "
+      "per_attempt_timeout { seconds: -1 }",
+      &option));
+  internal::ConfigErrors errors;
+  Config::Entry entry;
+  ReadPolicyOption(option, "t.S.M: (rpcguard.v1.method)", errors, &entry);
+  EXPECT_EQ(errors.ToStatus().message(),
+            "t.S.M: (rpcguard.v1.method).retry.max_attempts: must be at least "
+            "2; t.S.M: (rpcguard.v1.method).retry.backoff_multiplier: must be "
+            "greater than 0; t.S.M: (rpcguard.v1.method).per_attempt_timeout: "
+            "must be greater than 0");
+}
+
 }  // namespace
 }  // namespace rpcguard
