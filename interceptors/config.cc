@@ -15,7 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "config_reader.h"  // private to :config
+#include "config_reader.h"           // private to :config
+#include "internal/policy_fields.h"  // private to :config
 #include "internal/proto_options.h"
 #include "rpcguard/decision/call_plan.h"
 
@@ -191,11 +192,11 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
                     " (calls to this method fail until it is fixed)\n");
   }
   const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
-  const int hedging_bit = 7;  // kFieldHedging
+  const PolicySource hedging_source = r.sources[kFieldIndexHedging];
   const bool hedged =
       MayHedge(p, p.idempotency,
-               r.sources[hedging_bit] == PolicySource::kConfigMethod ||
-                   r.sources[hedging_bit] == PolicySource::kProtoMethod);
+               hedging_source == PolicySource::kConfigMethod ||
+                   hedging_source == PolicySource::kProtoMethod);
   auto duration = [](absl::Duration d) {
     return d == absl::InfiniteDuration() ? std::string("none")
                                          : absl::FormatDuration(d);
@@ -221,41 +222,10 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
     }
   }
   absl::StrAppend(&out, "  => ", verdict, "\n");
-  std::string codes;
-  for (int c = 0; c <= 16; ++c) {
-    const auto code = static_cast<grpc::StatusCode>(c);
-    if (p.MakeClassifier().retriable().Contains(code)) {
-      absl::StrAppend(&codes, codes.empty() ? "" : ",", StatusCodeName(code));
-    }
-  }
-  const std::string values[kNumPolicyFields] = {
-      std::string(IdempotencyName(p.idempotency)),
-      absl::StrCat("maxAttempts=", p.retry.max_attempts,
-                   " initialBackoff=", duration(p.retry.backoff.initial),
-                   " maxBackoff=", duration(p.retry.backoff.max),
-                   " backoffMultiplier=", p.retry.backoff.multiplier,
-                   " retryableStatusCodes=", codes),
-      std::string(JitterName(p.retry.backoff.jitter)),
-      duration(p.per_attempt_timeout),
-      duration(p.timeout),
-      duration(p.min_attempt_time),
-      p.wait_for_ready ? (*p.wait_for_ready ? "true" : "false") : "unset",
-      p.hedging ? absl::StrCat(
-                      "maxAttempts=", p.hedging->max_attempts,
-                      " hedgingDelay=", duration(p.hedging->delay),
-                      p.hedging->adaptive_percentile
-                          ? absl::StrCat(
-                                " percentile=", *p.hedging->adaptive_percentile,
-                                " floor=", duration(p.hedging->adaptive_floor),
-                                " minSamples=", p.hedging->min_samples)
-                          : "",
-                      " maxExtraLoad=", p.hedging->max_extra_load)
-                : "none",
-  };
-  for (int i = 0; i < kNumPolicyFields; ++i) {
+  for (const PolicyFieldRow& row : PolicyFieldRows()) {
     absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",
-                          absl::StrCat(PolicyFieldName(i), ":"), values[i],
-                          PolicySourceName(r.sources[i]));
+                          absl::StrCat(row.name, ":"), row.explain(p),
+                          PolicySourceName(r.sources[row.index]));
   }
   return out;
 }

@@ -20,10 +20,13 @@
 // (UNKNOWN idempotency: tried once).
 //
 // Parsing is strict: malformed JSON, a wrong type, an out-of-range value or an
-// unknown field in an object rpcguard reads is an InvalidArgument whose
-// message starts with the JSON path, e.g.
+// unknown field in an object rpcguard reads is an error, named by its JSON
+// path, e.g.
 //   methodConfig[0].retryPolicy.maxAttempts: must be at least 2
-// A typo must never silently turn retries off (or on). Details:
+// Every error of the document is reported, as gRPC's own loader does: the
+// InvalidArgument's message is the errors in document order, joined by
+// "; " (the first 50, then "; and N more errors"). A typo must never
+// silently turn retries off (or on). Details:
 //   - Top-level keys other than methodConfig and retryThrottling belong to
 //     the rest of gRPC's service config (loadBalancingConfig,
 //     healthCheckConfig, ...) and are ignored, except spellings that differ
@@ -143,8 +146,8 @@ class Config {
   // An empty config: every method gets its .proto options or the defaults.
   Config();
 
-  // Parses `json` as described above. Errors: InvalidArgument naming the
-  // JSON path and the reason.
+  // Parses `json` as described above. Errors: InvalidArgument naming each
+  // error's JSON path and reason, every error of the document.
   static absl::StatusOr<Config> FromJson(absl::string_view json);
 
   // Resolves the policy of a full method path ("/pkg.Svc/Method") field by

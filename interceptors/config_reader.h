@@ -28,7 +28,8 @@ struct ConfigEntries {
 };
 
 // Reads `json` as config.h describes. Errors: InvalidArgument, either
-// "invalid JSON: line L, column C: <reason>" or the JSON path and the reason
+// "invalid JSON: line L, column C: <reason>" or every error of the document
+// as its JSON path and reason, joined by "; " in document order
 // ("methodConfig[0].retryPolicy.maxAttempts: must be at least 2").
 absl::StatusOr<ConfigEntries> ReadConfigJson(absl::string_view json);
 

@@ -593,5 +593,71 @@ INSTANTIATE_TEST_SUITE_P(
                     R"({"a": nul})", "// comment\n{}",
                     std::string(100, '[') + std::string(100, ']')));
 
+// Like gRPC's own loader, the reader goes on past an error: one run of a
+// config names every mistake in it, each with its JSON path, in document
+// order.
+TEST(ConfigErrorsTest, ThreeErrorsAreAllReportedWithTheirPaths) {
+  absl::StatusOr<Config> config = Config::FromJson(R"({"methodConfig": [
+      {"name": [{"service": "a.S"}], "timeout": "0s"},
+      {"name": [{"service": "b.S"}],
+       "retryPolicy": {"maxAttempts": 0, "initialBackoff": "0.1s",
+                       "maxBackoff": "1s", "backoffMultiplier": 2,
+                       "retryableStatusCodes": ["UNAVAILABLE"]},
+       "rpcguard": {"jitter": "SOME"}}]})");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(),
+            "methodConfig[0].timeout: must be greater than 0; "
+            "methodConfig[1].retryPolicy.maxAttempts: must be at least 2; "
+            "methodConfig[1].rpcguard.jitter: unknown jitter \"SOME\" (want "
+            "FULL, A6 or DECORRELATED)");
+}
+
+TEST(ConfigErrorsTest, OneErrorIsReportedAlone) {
+  absl::StatusOr<Config> config = Config::FromJson(R"({"methodConfig": [
+      {"name": [{"service": "a.S"}], "timeout": "1s"},
+      {"name": [{"service": "b.S"}], "waitForReady": 1}]})");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(),
+            "methodConfig[1].waitForReady: must be a boolean");
+}
+
+// Destination objects and names are collected too, and a missing required
+// field is named once per field.
+TEST(ConfigErrorsTest, ErrorsAcrossTheDocumentAreCollected) {
+  absl::StatusOr<Config> config = Config::FromJson(R"({
+      "retryThrottling": {"maxTokens": 10},
+      "methodConfig": [{"name": [{"service": "a/S"}],
+                        "retryPolicy": {"maxAttempts": 3}}],
+      "rpcguard": {"circuitBreaker": {"buckets": 0}, "breakerKey": "x"}})");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "retryThrottling.tokenRatio: field is required; "
+            "methodConfig[0].retryPolicy.initialBackoff: field is required; "
+            "methodConfig[0].retryPolicy.maxBackoff: field is required; "
+            "methodConfig[0].retryPolicy.backoffMultiplier: field is "
+            "required; "
+            "methodConfig[0].retryPolicy.retryableStatusCodes: field is "
+            "required; "
+            "methodConfig[0].name[0].service: must not contain '/'; "
+            "rpcguard.circuitBreaker.buckets: must be in [1, 1000000]; "
+            "rpcguard.breakerKey: unknown breaker key \"x\" (want target or "
+            "target_and_service)");
+}
+
+TEST(ConfigErrorsTest, ManyErrorsAreCappedWithACount) {
+  std::string codes;
+  for (int i = 0; i < 60; ++i) absl::StrAppend(&codes, i ? "," : "", "\"X\"");
+  absl::StatusOr<Config> config = Config::FromJson(absl::StrCat(
+      R"({"methodConfig": [{"name": [{}], "retryPolicy": {"maxAttempts": 2,
+         "initialBackoff": "1s", "maxBackoff": "1s", "backoffMultiplier": 2,
+         "retryableStatusCodes": [)",
+      codes, "]}}]}"));
+  ASSERT_FALSE(config.ok());
+  EXPECT_TRUE(absl::EndsWith(config.status().message(), "; and 10 more errors"))
+      << config.status().message();
+}
+
 }  // namespace
 }  // namespace rpcguard

@@ -24,9 +24,9 @@ Config MustParse(absl::string_view json) {
   return c.ok() ? *c : Config();
 }
 
-constexpr int kIdem = 0;   // PolicyField bit index of idempotency
-constexpr int kRetry = 1;  // of retryPolicy
-constexpr int kHedge = 7;  // of hedgingPolicy
+constexpr int kIdem = kFieldIndexIdempotency;
+constexpr int kRetry = kFieldIndexRetry;
+constexpr int kHedge = kFieldIndexHedging;
 
 TEST(ProtoOptionsTest, ServiceOptionAppliesToEveryMethod) {
   ASSERT_NE(kLinked, nullptr);
@@ -116,7 +116,7 @@ TEST(ProtoOptionsTest, JsonMethodAndServiceOutrankProtoOptions) {
   EXPECT_EQ(inherit.sources[kIdem], PolicySource::kProtoService);
   // ...but fills what they leave unset.
   EXPECT_EQ(inherit.policy.retry.backoff.jitter, Jitter::kA6);
-  EXPECT_EQ(inherit.sources[2], PolicySource::kConfigDefault);
+  EXPECT_EQ(inherit.sources[kFieldIndexJitter], PolicySource::kConfigDefault);
   // A method nobody declared gets the default entry.
   EXPECT_EQ(config.Lookup("/rpcguard.testing.v1.Plain/Nothing").idempotency,
             Idempotency::kIdempotent);

@@ -6,30 +6,11 @@ namespace rpcguard {
 
 absl::string_view GiveUpReasonName(GiveUpReason reason) {
   switch (reason) {
-    case GiveUpReason::kNone:
-      return "none";
-    case GiveUpReason::kMaxAttempts:
-      return "max_attempts";
-    case GiveUpReason::kDeadline:
-      return "deadline";
-    case GiveUpReason::kFatal:
-      return "fatal";
-    case GiveUpReason::kAuth:
-      return "auth";
-    case GiveUpReason::kNotIdempotent:
-      return "not_idempotent";
-    case GiveUpReason::kCancelled:
-      return "cancelled";
-    case GiveUpReason::kBudgetExhausted:
-      return "budget_exhausted";
-    case GiveUpReason::kBreakerOpen:
-      return "breaker_open";
-    case GiveUpReason::kPushbackStop:
-      return "pushback_stop";
-    case GiveUpReason::kUnsupportedCall:
-      return "unsupported_call";
-    case GiveUpReason::kLocalError:
-      return "local_error";
+#define RPCGUARD_GIVE_UP_REASON_CASE(name, text) \
+  case GiveUpReason::k##name:                    \
+    return text;
+    RPCGUARD_GIVE_UP_REASONS(RPCGUARD_GIVE_UP_REASON_CASE)
+#undef RPCGUARD_GIVE_UP_REASON_CASE
   }
   return "none";
 }

@@ -11,33 +11,55 @@
 
 namespace rpcguard {
 
+// Every reason, in enum order, with its stable name: the one list that the
+// enum, kNumGiveUpReasons and GiveUpReasonName are made from, so a reason
+// added here is counted by stats and read back by the trace reader.
+#define RPCGUARD_GIVE_UP_REASONS(X)                                      \
+  X(None, "none")                                                        \
+  /* retriable failure, but the attempts are spent */                    \
+  X(MaxAttempts, "max_attempts")                                         \
+  /* the next attempt would not fit in the deadline */                   \
+  X(Deadline, "deadline")                                                \
+  /* the status is not worth retrying */                                 \
+  X(Fatal, "fatal")                                                      \
+  /* credentials refused */                                              \
+  X(Auth, "auth")                                                        \
+  /* retriable failure of a method not safe to repeat */                 \
+  X(NotIdempotent, "not_idempotent")                                     \
+  /* the caller cancelled */                                             \
+  X(Cancelled, "cancelled")                                              \
+  /* the retry budget is spent */                                        \
+  X(BudgetExhausted, "budget_exhausted")                                 \
+  /* the destination's circuit breaker is open */                        \
+  X(BreakerOpen, "breaker_open")                                         \
+  /* the server said not to retry */                                     \
+  X(PushbackStop, "pushback_stop")                                       \
+  /* a call rpcguard cannot retry safely, sent once (a grpc::GenericStub \
+     call whose response object is not a protobuf message) */            \
+  X(UnsupportedCall, "unsupported_call")                                 \
+  /* the client made the error itself (IsLocalError) */                  \
+  X(LocalError, "local_error")
+
 // Why a call stopped without success (or kNone). Names are stable: they
 // appear in status messages, traces and stats.
 enum class GiveUpReason {
-  kNone,
-  kMaxAttempts,      // retriable failure, but the attempts are spent
-  kDeadline,         // the next attempt would not fit in the deadline
-  kFatal,            // the status is not worth retrying
-  kAuth,             // credentials refused
-  kNotIdempotent,    // retriable failure of a method not safe to repeat
-  kCancelled,        // the caller cancelled
-  kBudgetExhausted,  // the retry budget is spent
-  kBreakerOpen,      // the destination's circuit breaker is open
-  kPushbackStop,     // the server said not to retry
-  // A call rpcguard cannot retry safely, sent once (a grpc::GenericStub
-  // call whose response object is not a protobuf message).
-  kUnsupportedCall,
-  kLocalError,  // the client made the error itself (IsLocalError)
+#define RPCGUARD_GIVE_UP_REASON_ENUM(name, text) k##name,
+  RPCGUARD_GIVE_UP_REASONS(RPCGUARD_GIVE_UP_REASON_ENUM)
+#undef RPCGUARD_GIVE_UP_REASON_ENUM
 };
 
-// The number of GiveUpReason values (kNone included): for tables indexed by
-// reason.
-inline constexpr int kNumGiveUpReasons =
-    static_cast<int>(GiveUpReason::kLocalError) + 1;
+// The number of GiveUpReason values (kNone included), counted from the
+// list: for tables indexed by reason.
+inline constexpr int kNumGiveUpReasons = 0
+#define RPCGUARD_GIVE_UP_REASON_COUNT(name, text) +1
+    RPCGUARD_GIVE_UP_REASONS(RPCGUARD_GIVE_UP_REASON_COUNT)
+#undef RPCGUARD_GIVE_UP_REASON_COUNT
+    ;
 
-// Returns "none", "max_attempts", "deadline", "fatal", "auth",
-// "not_idempotent", "cancelled", "budget_exhausted", "breaker_open",
-// "pushback_stop", "unsupported_call", "local_error".
+// Returns the reason's name from the list above: "none", "max_attempts",
+// "deadline", "fatal", "auth", "not_idempotent", "cancelled",
+// "budget_exhausted", "breaker_open", "pushback_stop", "unsupported_call",
+// "local_error".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 }  // namespace rpcguard

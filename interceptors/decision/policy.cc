@@ -49,34 +49,6 @@ absl::StatusOr<Idempotency> ParseIdempotency(absl::string_view text) {
                    "\" (want NO_SIDE_EFFECTS, IDEMPOTENT, KEYED or UNKNOWN)"));
 }
 
-absl::string_view PolicyFieldName(int index) {
-  static constexpr absl::string_view kNames[kNumPolicyFields] = {
-      "idempotency", "retryPolicy",    "jitter",       "perAttemptTimeout",
-      "timeout",     "minAttemptTime", "waitForReady", "hedgingPolicy"};
-  return index >= 0 && index < kNumPolicyFields ? kNames[index] : "";
-}
-
-void MergePolicy(const MethodPolicy& from, uint32_t from_fields,
-                 MethodPolicy* to, uint32_t* to_fields) {
-  const uint32_t take = from_fields & ~*to_fields;
-  if (take & kFieldIdempotency) to->idempotency = from.idempotency;
-  if (take & kFieldRetry) {
-    // The jitter travels apart: a more specific source may have set it.
-    const Jitter jitter = to->retry.backoff.jitter;
-    to->retry = from.retry;
-    if (*to_fields & kFieldJitter) to->retry.backoff.jitter = jitter;
-  }
-  if (take & kFieldJitter) to->retry.backoff.jitter = from.retry.backoff.jitter;
-  if (take & kFieldPerAttemptTimeout) {
-    to->per_attempt_timeout = from.per_attempt_timeout;
-  }
-  if (take & kFieldTimeout) to->timeout = from.timeout;
-  if (take & kFieldMinAttemptTime) to->min_attempt_time = from.min_attempt_time;
-  if (take & kFieldWaitForReady) to->wait_for_ready = from.wait_for_ready;
-  if (take & kFieldHedging) to->hedging = from.hedging;
-  *to_fields |= take;
-}
-
 std::string CheckMaxAttempts(int64_t n) {
   if (n < 2) return "must be at least 2";
   if (n > kMaxAttemptsCap)

@@ -94,30 +94,44 @@ struct MethodPolicy {
   }
 };
 
-// The settings of a MethodPolicy, as bits: each source of policy (JSON entry,
-// .proto option) sets some of them, and the most specific source that sets a
-// field decides it.
-enum PolicyField : uint32_t {
-  kFieldIdempotency = 1 << 0,
-  kFieldRetry = 1 << 1,  // the retryPolicy as a whole, but for its jitter
-  kFieldJitter = 1 << 2,
-  kFieldPerAttemptTimeout = 1 << 3,
-  kFieldTimeout = 1 << 4,
-  kFieldMinAttemptTime = 1 << 5,
-  kFieldWaitForReady = 1 << 6,
-  kFieldHedging = 1 << 7,  // the hedgingPolicy as a whole
+// The settings of a MethodPolicy, one name each, in bit order: each source
+// of policy (JSON entry, .proto option) sets some of them, and the most
+// specific source that sets a setting decides it. The list is the one place
+// a setting is named; the bits, kNumPolicyFields and kAllPolicyFields follow
+// from it, and internal/policy_fields.cc must have one row per entry, in
+// this order (a static_assert there checks both).
+#define RPCGUARD_POLICY_FIELDS(X)                               \
+  X(Idempotency)                                                \
+  X(Retry) /* the retryPolicy as a whole, but for its jitter */ \
+  X(Jitter)                                                     \
+  X(PerAttemptTimeout)                                          \
+  X(Timeout)                                                    \
+  X(MinAttemptTime)                                             \
+  X(WaitForReady)                                               \
+  X(Hedging) /* the hedgingPolicy as a whole */
+
+// A setting's position in the list: the index of ResolvedPolicy::sources.
+enum PolicyFieldIndex : int {
+#define RPCGUARD_POLICY_FIELD_INDEX(name) kFieldIndex##name,
+  RPCGUARD_POLICY_FIELDS(RPCGUARD_POLICY_FIELD_INDEX)
+#undef RPCGUARD_POLICY_FIELD_INDEX
 };
-inline constexpr uint32_t kAllPolicyFields = (1 << 8) - 1;
-inline constexpr int kNumPolicyFields = 8;
 
-// The field's name as Explain prints it ("idempotency", "retryPolicy", ...),
-// for bit `index` (0 = kFieldIdempotency).
-absl::string_view PolicyFieldName(int index);
+// The number of settings, counted from the list itself.
+inline constexpr int kNumPolicyFields = 0
+#define RPCGUARD_POLICY_FIELD_COUNT(name) +1
+    RPCGUARD_POLICY_FIELDS(RPCGUARD_POLICY_FIELD_COUNT)
+#undef RPCGUARD_POLICY_FIELD_COUNT
+    ;
 
-// Copies into `*to` the fields of `from` that `from_fields` names and
-// `*to_fields` does not yet have, and adds them to `*to_fields`.
-void MergePolicy(const MethodPolicy& from, uint32_t from_fields,
-                 MethodPolicy* to, uint32_t* to_fields);
+// The settings as bits of a set (Config::Entry::fields): bit i is index i.
+enum PolicyField : uint32_t {
+#define RPCGUARD_POLICY_FIELD_BIT(name) kField##name = 1u << kFieldIndex##name,
+  RPCGUARD_POLICY_FIELDS(RPCGUARD_POLICY_FIELD_BIT)
+#undef RPCGUARD_POLICY_FIELD_BIT
+};
+inline constexpr uint32_t kAllPolicyFields = (1u << kNumPolicyFields) - 1;
+static_assert(kNumPolicyFields < 32, "PolicyField bits fit in a uint32_t");
 
 // Shared range checks for every source of policy; each returns the reason
 // ("must be at least 2") or an empty string when the value is fine.

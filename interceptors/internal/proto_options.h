@@ -31,8 +31,8 @@ struct ProtoPolicies {
 // library is linked (also for options parsed from a FileDescriptorSet).
 // Errors: InvalidArgument naming the method (or the service, for a bad
 // service option), the option field and the reason, e.g. "pkg.Svc.M:
-// (rpcguard.v1.method).retry.max_attempts: must be at least 2"; a bad
-// service option is reported before the method's own.
+// (rpcguard.v1.method).retry.max_attempts: must be at least 2". Every
+// problem of both options is reported, joined by "; ", the service's first.
 absl::StatusOr<ProtoPolicies> ReadProtoPolicies(
     const google::protobuf::ServiceDescriptor& service,
     const google::protobuf::MethodDescriptor* method);

@@ -172,10 +172,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           response == nullptr || IsProtobufMessage(response);
     }
     // The hedging policy's source: the method's own entry, or not.
-    constexpr int kHedgingBit = 7;  // kFieldHedging
     facts.hedging_for_method =
-        method.resolved.sources[kHedgingBit] == PolicySource::kConfigMethod ||
-        method.resolved.sources[kHedgingBit] == PolicySource::kProtoMethod;
+        method.resolved.sources[kFieldIndexHedging] ==
+            PolicySource::kConfigMethod ||
+        method.resolved.sources[kFieldIndexHedging] ==
+            PolicySource::kProtoMethod;
     plan_ = PlanCall(policy, facts);
 
     if (plan_.mode == CallMode::kMetadataOnly ||
