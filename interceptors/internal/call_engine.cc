@@ -168,6 +168,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->deadline = controller_.StartAttempt();
         attempt->sent = controller_.Now();
         if (number == 1) first_sent_ = attempt->sent;
+        attempt->sending = true;
         attempts_.push_back(attempt);
         ++sending_;
         if (in_flight_ == nullptr) in_flight_ = io_->Hold();
@@ -204,6 +205,7 @@ void CallEngine::SendAttempt(SendKind kind,
   {
     internal::MutexLock lock(&mu_);
     // The call was decided, or cancelled, while this attempt was started.
+    attempt->sending = false;
     cancel_now = cancelled_ || done_;
     if (done_ && !cancelled_) attempt->loser = true;
     if (--sending_ == 0) ending.swap(deferred_ending_);
@@ -545,7 +547,9 @@ void CallEngine::DoCancel() {
       // Their CANCELLED endings end the call; an attempt being started is
       // cancelled once started (SendAttempt); no timer may start another.
       for (const auto& attempt : attempts_) {
-        if (attempt->context != nullptr) a.cancel.push_back(attempt->context);
+        if (attempt->context != nullptr && !attempt->sending) {
+          a.cancel.push_back(attempt->context);
+        }
       }
       a.cancel_timers.swap(timers_);
     }
@@ -644,7 +648,9 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
   for (const auto& other : attempts_) {
     if (other.get() == keep) continue;
     other->loser = true;
-    if (other->context != nullptr) a.cancel.push_back(other->context);
+    if (other->context != nullptr && !other->sending) {
+      a.cancel.push_back(other->context);
+    }
     if (hedging_) terminal.cancelled.push_back(other->number);
   }
   std::sort(terminal.cancelled.begin(), terminal.cancelled.end());

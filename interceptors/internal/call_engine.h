@@ -89,6 +89,9 @@ struct EngineAttempt {
   bool wait_for_connection = false;
   // The application's own call carried it (a riding call's attempt 1).
   bool app_call = false;
+  // CallIo::Send has not returned: not yet cancellable; SendAttempt
+  // cancels it once sent if the call was decided or cancelled meanwhile.
+  bool sending = false;
   // Cancelled by rpcguard because another attempt decided the call: its
   // end says nothing of the server.
   bool loser = false;
