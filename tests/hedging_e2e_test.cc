@@ -502,3 +502,54 @@ TEST(HedgingProtoE2ETest, AProtoDeclaredPolicyHedges) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// A port nothing listens on: bound, then let go.
+int UnusedPort() {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.BuildAndStart()->Shutdown();
+  return port;
+}
+
+// Judge a destination by evidence: a hedged copy that found no connection
+// never reached the server, so the breaker hears nothing of it, as of a
+// retried attempt that found none (issue 22; before the one engine, the
+// hedged path counted such copies as failures).
+TEST(HedgingEvidenceTest, CopiesThatFoundNoConnectionAreNoEvidence) {
+  absl::StatusOr<Config> config = Config::FromJson(R"json({"methodConfig": [
+    {"name": [{"service": "rpcguard.testing.v1.FaultService"}],
+     "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.01s",
+                       "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Options options;
+  options.config = *config;
+  std::shared_ptr<BreakerRegistry> registry = *BreakerRegistry::Create({});
+  options.breaker_registry = registry;
+  const std::string address = absl::StrCat("127.0.0.1:", UnusedPort());
+  auto channel =
+      CreateChannel(address, grpc::InsecureChannelCredentials(), options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = FaultService::NewStub(*channel);
+  for (int i = 0; i < 10; ++i) {
+    FaultRequest req;
+    req.set_op_id(absl::StrCat("no-connection-", i));
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(500));
+    const grpc::Status s = stub->Get(&ctx, req, &reply);
+    ASSERT_FALSE(s.ok());
+  }
+  const BreakerSnapshot snap = registry->Get(address)->Snapshot();
+  EXPECT_EQ(snap.window_failures, 0);
+  EXPECT_EQ(snap.window_attempts, 0);
+  EXPECT_EQ(snap.state, BreakerState::kClosed);
+}
+
+}  // namespace
+}  // namespace rpcguard

@@ -114,6 +114,9 @@ class RetryController {
   int attempts() const { return attempts_; }
   // The effective deadline of the whole call.
   absl::Time deadline() const { return deadline_; }
+  // The clock's monotonic time now.
+  absl::Time Now() const { return clock_->MonotonicNow(); }
+
   // Time left until the deadline (may be negative; infinite without one).
   absl::Duration Remaining() const {
     return deadline_ - clock_->MonotonicNow();

@@ -268,7 +268,6 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                          "call cancelled before it started"),
                             GiveUpReason::kCancelled);
     } else {
-      if (plan_.hedge) call->EnableHedging();
       call->Start();
     }
     // Re-enters Intercept() with this batch's receive hooks, which park.
@@ -280,7 +279,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   std::shared_ptr<HijackedCall> NewHijackedCall() {
     grpc::ClientContext* app = info_->client_context();
     auto call = std::make_shared<HijackedCall>(
-        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat);
+        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
+        plan_.hedge);
     HijackedCall::Setup& setup = call->setup();
     setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();

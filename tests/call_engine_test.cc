@@ -1,0 +1,436 @@
+// Copyright rpcguard authors.
+//
+// The one attempt engine on fake attempts and a fake clock: every
+// transition and race of retried and hedged calls (a cancel while sending,
+// an attempt ending after the call was decided, a timer firing after the
+// end), with no server and no sleep. FakeIo stands in for gRPC: it records
+// what the engine asks of it, and the test ends attempts and fires timers
+// by hand.
+
+#include "rpcguard/internal/call_engine.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "rpcguard/channel.h"
+#include "rpcguard/destination/registry.h"
+#include "rpcguard/internal/factory_state.h"
+#include "rpcguard/testing/fake_clock.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+constexpr char kMethod[] = "/pkg.Svc/Get";
+
+class FakeIo final : public CallIo {
+ public:
+  struct Timer {
+    absl::Time when;
+    TimerKind kind;
+    bool active = true;
+  };
+
+  std::shared_ptr<EngineAttempt> NewAttempt() override {
+    auto a = std::make_shared<EngineAttempt>();
+    a->context = std::make_shared<int>(++contexts_);
+    return a;
+  }
+  std::shared_ptr<void> Hold() override { return hold_; }
+  void Send(const std::shared_ptr<EngineAttempt>& attempt,
+            const std::optional<RefreshedCredentials>& refreshed) override {
+    sent.push_back(attempt);
+    sent_refreshed.push_back(refreshed.has_value());
+    if (during_send) {
+      auto hook = std::move(during_send);
+      during_send = nullptr;
+      hook(attempt);
+    }
+  }
+  void Cancel(const std::shared_ptr<void>& context) override {
+    if (context != nullptr) cancelled.push_back(*static_cast<int*>(context.get()));
+  }
+  void Release(std::shared_ptr<EngineAttempt> attempt) override {
+    released.push_back(attempt->number);
+  }
+  TimerHandle Schedule(absl::Time when, TimerKind kind) override {
+    const uint64_t id = timers.size();
+    timers.push_back({when, kind});
+    return {when, id};
+  }
+  void CancelTimer(const TimerHandle& handle) override {
+    timers[handle.second].active = false;
+  }
+  bool KeepsDeadline() const override { return keeps_deadline; }
+  void Refresh() override { ++refreshes; }
+  void WatchParent() override { ++parent_watches; }
+  void TakeResult(EngineAttempt& last, FinalOutcome* out) override {
+    took_result_of = last.number;
+    static_cast<void>(out);
+  }
+  const std::string& key() const override { return key_; }
+  void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
+                const Batches& batches) override {
+    ++concluded;
+    status = outcome.status;
+    this->terminal = terminal;
+    static_cast<void>(batches);
+  }
+
+  // The active timers of `kind`.
+  std::vector<size_t> Active(TimerKind kind) const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < timers.size(); ++i) {
+      if (timers[i].active && timers[i].kind == kind) out.push_back(i);
+    }
+    return out;
+  }
+
+  std::vector<std::shared_ptr<EngineAttempt>> sent;
+  std::vector<bool> sent_refreshed;
+  std::vector<int> cancelled;  // context ids: attempt n has id n
+  std::vector<int> released;
+  std::vector<Timer> timers;
+  std::function<void(const std::shared_ptr<EngineAttempt>&)> during_send;
+  bool keeps_deadline = false;
+  int refreshes = 0;
+  int parent_watches = 0;
+  int took_result_of = 0;
+  int concluded = 0;
+  grpc::Status status;
+  TraceEvent terminal;
+
+ private:
+  int contexts_ = 0;
+  std::shared_ptr<void> hold_ = std::make_shared<int>(0);
+  std::string key_ = "key-1";
+};
+
+class CallEngineTest : public ::testing::Test {
+ protected:
+  // A factory whose config is `json`, on the fake clock; `refresher`: a
+  // credential refresher (the engine only asks FakeIo::Refresh).
+  void Make(const std::string& json, bool refresher = false) {
+    absl::StatusOr<Config> config = Config::FromJson(json);
+    ASSERT_TRUE(config.ok()) << config.status();
+    Options options;
+    options.config = *config;
+    options.clock = &clock_;
+    BreakerRegistry::Options registry;
+    registry.clock = &clock_;
+    options.breaker_registry = *BreakerRegistry::Create(registry);
+    options.destination = "dest";
+    options.trace_sink = std::make_shared<CallbackSink>(
+        [this](const TraceEvent& e) { lines_.push_back(e); });
+    options.trace_verbosity = TraceVerbosity::kAll;
+    if (refresher) {
+      options.credential_refresher =
+          [](absl::string_view,
+             std::function<void(absl::StatusOr<RefreshedCredentials>)>) {};
+    }
+    factory_ = std::make_shared<FactoryState>(std::move(options));
+    factory_->Init(factory_);
+    method_ = &factory_->ForMethod(kMethod, nullptr, nullptr);
+  }
+
+  void NewCall(absl::Duration deadline = absl::Seconds(10),
+               bool hedging = false) {
+    engine_ = std::make_unique<CallEngine>(
+        &io_, *factory_, *method_, clock_.MonotonicNow() + deadline,
+        /*may_repeat=*/true, hedging, /*call_id=*/7);
+  }
+
+  // Ends sent attempt `n` (1-based, in send order) with `code`.
+  void End(int n, grpc::StatusCode code, bool not_sent = false) {
+    AttemptReport r;
+    r.status = code == grpc::StatusCode::OK
+                   ? grpc::Status::OK
+                   : grpc::Status(code, absl::StrCat("attempt ", n));
+    r.not_sent = not_sent;
+    engine_->OnAttemptDone(io_.sent[n - 1].get(), r, nullptr);
+  }
+
+  // Fires timer `i` at its time.
+  void Fire(size_t i) {
+    const absl::Time now = clock_.MonotonicNow();
+    if (io_.timers[i].when > now) clock_.Advance(io_.timers[i].when - now);
+    io_.timers[i].active = false;
+    engine_->OnTimer(io_.timers[i].kind);
+  }
+
+  BreakerSnapshot Breaker() { return method_->breaker->Snapshot(); }
+
+  testing::FakeClock clock_;
+  FakeIo io_;
+  std::vector<TraceEvent> lines_;
+  std::shared_ptr<FactoryState> factory_;
+  const MethodState* method_ = nullptr;
+  std::unique_ptr<CallEngine> engine_;
+};
+
+constexpr char kRetry[] = R"({"methodConfig": [{"name": [{"service":
+  "pkg.Svc"}], "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s",
+  "maxBackoff": "1s", "backoffMultiplier": 2,
+  "retryableStatusCodes": ["UNAVAILABLE"]},
+  "rpcguard": {"idempotency": "IDEMPOTENT"}}]})";
+
+constexpr char kHedge[] = R"({"methodConfig": [{"name": [{"service":
+  "pkg.Svc"}], "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s",
+  "nonFatalStatusCodes": ["UNAVAILABLE"]},
+  "rpcguard": {"idempotency": "IDEMPOTENT"}}]})";
+
+TEST_F(CallEngineTest, ARetriableFailureWaitsOutItsBackoffThenRetries) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  ASSERT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.sent[0]->number, 1);
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(io_.concluded, 0);
+  const std::vector<size_t> backoff = io_.Active(TimerKind::kNext);
+  ASSERT_EQ(backoff.size(), 1u);
+  EXPECT_LE(io_.timers[backoff[0]].when,
+            clock_.MonotonicNow() + absl::Milliseconds(100));
+  EXPECT_EQ(io_.sent.size(), 1u);  // nothing before the timer
+  EXPECT_EQ(io_.parent_watches, 1);  // nothing in flight carries the parent
+  Fire(backoff[0]);
+  ASSERT_EQ(io_.sent.size(), 2u);
+  EXPECT_EQ(io_.sent[1]->number, 2);
+  End(2, grpc::StatusCode::OK);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_TRUE(io_.status.ok());
+  EXPECT_EQ(io_.took_result_of, 2);
+  EXPECT_EQ(engine_->attempts(), 2);
+  // One line per event: the retry, then the terminal one.
+  ASSERT_EQ(lines_.size(), 2u);
+  EXPECT_EQ(lines_[0].decision, TraceDecision::kRetry);
+  EXPECT_EQ(lines_[1].decision, TraceDecision::kDone);
+  EXPECT_EQ(lines_[1].idempotency_key, "key-1");
+}
+
+TEST_F(CallEngineTest, AFatalFailureEndsTheCallAtOnce) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kFatal);
+  EXPECT_TRUE(io_.Active(TimerKind::kNext).empty());
+}
+
+TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  for (int n = 1; n <= 2; ++n) {
+    End(n, grpc::StatusCode::UNAVAILABLE);
+    Fire(io_.Active(TimerKind::kNext).at(0));
+  }
+  End(3, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kMaxAttempts);
+  EXPECT_EQ(io_.terminal.attempt, 3);
+  EXPECT_EQ(io_.took_result_of, 3);
+}
+
+TEST_F(CallEngineTest, ACancelDuringTheBackoffEndsTheCallAndTheTimerLater) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  const size_t backoff = io_.Active(TimerKind::kNext).at(0);
+  engine_->Cancel();
+  engine_->Cancel();  // any number of times
+  EXPECT_EQ(io_.concluded, 0);  // deferred: Cancel may run under gRPC's lock
+  const std::vector<size_t> cancel = io_.Active(TimerKind::kCancel);
+  ASSERT_EQ(cancel.size(), 1u);
+  Fire(cancel[0]);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  EXPECT_EQ(io_.terminal.kind, TraceEvent::Kind::kFailFast);
+  EXPECT_FALSE(io_.timers[backoff].active);  // cancelled by the finish
+  // A timer that fires after the end does nothing.
+  engine_->OnTimer(TimerKind::kNext);
+  EXPECT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.concluded, 1);
+}
+
+TEST_F(CallEngineTest, ACancelWhileAnAttemptIsBeingSentCancelsItOnceSent) {
+  Make(kRetry);
+  NewCall();
+  io_.during_send = [this](const std::shared_ptr<EngineAttempt>&) {
+    engine_->Cancel();
+    Fire(io_.Active(TimerKind::kCancel).at(0));
+  };
+  engine_->Start();
+  // Cancelled by the deferred cancel, and again once its start returned.
+  ASSERT_GE(io_.cancelled.size(), 1u);
+  EXPECT_EQ(io_.cancelled.back(), 1);
+  EXPECT_EQ(io_.concluded, 0);  // its CANCELLED end decides the call
+  End(1, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  EXPECT_EQ(io_.sent.size(), 1u);
+}
+
+TEST_F(CallEngineTest, TheRefresherIsAskedOnceThenTheCallRetriesWithIt) {
+  Make(kRetry, /*refresher=*/true);
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(io_.refreshes, 1);
+  EXPECT_EQ(io_.Active(TimerKind::kRefreshDeadline).size(), 1u);
+  engine_->OnRefreshed(RefreshedCredentials{});
+  ASSERT_EQ(io_.sent.size(), 2u);
+  EXPECT_TRUE(io_.sent_refreshed[1]);
+  EXPECT_TRUE(io_.Active(TimerKind::kRefreshDeadline).empty());
+  End(2, grpc::StatusCode::OK);
+  EXPECT_TRUE(io_.status.ok());
+}
+
+TEST_F(CallEngineTest, ARefreshThatOutlivesTheDeadlineEndsTheCall) {
+  Make(kRetry, /*refresher=*/true);
+  NewCall(absl::Seconds(1));
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAUTHENTICATED);
+  Fire(io_.Active(TimerKind::kRefreshDeadline).at(0));
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kDeadline);
+  // The refresher's late answer finds nothing to do.
+  engine_->OnRefreshed(RefreshedCredentials{});
+  EXPECT_EQ(io_.sent.size(), 1u);
+}
+
+TEST_F(CallEngineTest, AttemptsInFlightAtTheDeadlineEndTheCallOnTime) {
+  Make(kRetry);
+  io_.keeps_deadline = true;
+  NewCall(absl::Seconds(1));
+  engine_->Start();
+  // No deadline timer before the first wait: most calls pay for none.
+  EXPECT_TRUE(io_.Active(TimerKind::kDeadline).empty());
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  const std::vector<size_t> deadline = io_.Active(TimerKind::kDeadline);
+  ASSERT_EQ(deadline.size(), 1u);
+  Fire(deadline[0]);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kDeadline);
+  // Attempt 2 is left to end by its own deadline, and counted then.
+  EXPECT_TRUE(io_.cancelled.empty());
+  End(2, grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(io_.released, std::vector<int>{2});
+  EXPECT_EQ(io_.concluded, 1);
+}
+
+TEST_F(CallEngineTest, AHedgeGoesAfterTheDelayAndTheWinnerCancelsTheRest) {
+  Make(kHedge);
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  engine_->Start();
+  ASSERT_EQ(io_.sent.size(), 1u);
+  const size_t hedge = io_.Active(TimerKind::kNext).at(0);
+  EXPECT_EQ(io_.timers[hedge].when,
+            clock_.MonotonicNow() + absl::Milliseconds(50));
+  Fire(hedge);
+  ASSERT_EQ(io_.sent.size(), 2u);
+  EXPECT_EQ(io_.sent[1]->number, 2);
+  End(2, grpc::StatusCode::OK);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.took_result_of, 2);
+  EXPECT_EQ(io_.cancelled, std::vector<int>{1});
+  EXPECT_EQ(io_.terminal.copy, 2);
+  EXPECT_EQ(io_.terminal.cancelled, std::vector<int>{1});
+  // The loser's end comes later: released, not concluded again, and no
+  // evidence for the breaker.
+  End(1, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.released, std::vector<int>{1});
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(Breaker().window_failures, 0);
+}
+
+TEST_F(CallEngineTest, ANonFatalFailureSendsTheNextCopyAtOnce) {
+  Make(kHedge);
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  ASSERT_EQ(io_.sent.size(), 2u);
+  EXPECT_EQ(io_.sent[1]->number, 2);
+  End(2, grpc::StatusCode::INVALID_ARGUMENT);  // fatal
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kFatal);
+}
+
+TEST_F(CallEngineTest, ACallDecidedWhileACopyIsSentConcludesAfterTheSend) {
+  Make(kHedge);
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  engine_->Start();
+  int concluded_during_send = -1;
+  io_.during_send = [&](const std::shared_ptr<EngineAttempt>&) {
+    End(1, grpc::StatusCode::OK);  // copy 1 wins while copy 2 starts
+    concluded_during_send = io_.concluded;
+  };
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  // Until copy 2 holds the channel the application must not have the
+  // result; then the call concludes, and copy 2 is cancelled as a loser.
+  EXPECT_EQ(concluded_during_send, 0);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_TRUE(io_.status.ok());
+  EXPECT_EQ(io_.cancelled, std::vector<int>{2});
+  EXPECT_TRUE(io_.sent[1]->loser);
+}
+
+TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
+  Make(kHedge);
+  for (int call = 0; call < 5; ++call) {
+    io_ = FakeIo();
+    NewCall(absl::Seconds(10), /*hedging=*/true);
+    engine_->Start();
+    for (int n = 1; n <= 3; ++n) {
+      End(n, grpc::StatusCode::UNAVAILABLE, /*not_sent=*/true);
+    }
+    ASSERT_EQ(io_.concluded, 1);
+  }
+  // Never reached the server: the breaker heard nothing of them.
+  EXPECT_EQ(Breaker().window_attempts, 0);
+  EXPECT_EQ(Breaker().window_failures, 0);
+}
+
+TEST_F(CallEngineTest, AHedgedCallCancelledEndsEveryCopy) {
+  Make(kHedge);
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  engine_->Start();
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  ASSERT_EQ(io_.sent.size(), 2u);
+  engine_->Cancel();
+  Fire(io_.Active(TimerKind::kCancel).at(0));
+  EXPECT_EQ(io_.cancelled, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(io_.Active(TimerKind::kNext).empty());  // no more hedges
+  End(1, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  End(2, grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.released, std::vector<int>{2});
+}
+
+TEST_F(CallEngineTest, ABatchParkedBeforeTheEndIsServedAtTheEnd) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  EXPECT_EQ(engine_->Park(nullptr), nullptr);  // parked
+  End(1, grpc::StatusCode::OK);
+  EXPECT_NE(engine_->Park(nullptr), nullptr);  // decided: served at once
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace rpcguard
