@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "rpcguard/internal/json.h"
+#include "rpcguard/internal/base/json.h"
 
 namespace rpcguard {
 namespace {
