@@ -75,8 +75,6 @@
 #include "rpcguard/clock.h"
 #include "rpcguard/decision/status_class.h"
 #include "rpcguard/destination/retry_budget.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/sliding_window.h"
 
 namespace rpcguard {
 
