@@ -28,7 +28,7 @@
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/destination/retry_budget.h"
-#include "rpcguard/internal/method_cache.h"
+#include "rpcguard/internal/base/method_cache.h"
 #include "rpcguard/random.h"
 
 namespace rpcguard {

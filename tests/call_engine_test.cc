@@ -7,7 +7,7 @@
 // what the engine asks of it, and the test ends attempts and fires timers
 // by hand.
 
-#include "rpcguard/internal/call_engine.h"
+#include "rpcguard/internal/grpc/call_engine.h"
 
 #include <functional>
 #include <map>
@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/destination/registry.h"
-#include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {

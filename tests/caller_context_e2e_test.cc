@@ -27,8 +27,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
-#include "rpcguard/internal/grpc_1_51_context.h"
-#include "rpcguard/internal/grpc_1_51_probes.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/stub_calls.h"
@@ -257,7 +257,7 @@ TEST_P(CallerContextE2ETest, DebugErrorStringDescribesTheFinalAttempt) {
 // A limit (README, Limits): peer() asks gRPC core for the application's own
 // call's peer. A hijacked call never connected, so it names the channel's
 // target; a riding call names attempt 1's peer. Only callback calls ride, and
-// only with the fast paths (grpc_1_51_probes.h).
+// only with the fast paths (grpc_1_51/probes.h).
 TEST_P(CallerContextE2ETest, PeerIsTheChannelTargetOrAttemptOnesPeer) {
   FaultRequest req = Request("peer");
   req.set_fail_first(1);

@@ -1,10 +1,10 @@
 // Copyright rpcguard authors.
 //
 // The bridge between the injected Clock's monotonic time and gRPC's
-// monotonic deadlines (internal/deadline.h), with fake clocks far from the
+// monotonic deadlines (internal/grpc/deadline.h), with fake clocks far from the
 // real ones, and what a wall-clock step does to it: nothing.
 
-#include "rpcguard/internal/deadline.h"
+#include "rpcguard/internal/grpc/deadline.h"
 
 #include <grpc/support/time.h>
 #include <gtest/gtest.h>

@@ -1,16 +1,14 @@
 // Copyright rpcguard authors.
 //
 // What rpcguard reads and writes of gRPC 1.51's ClientContext beyond the
-// public API (internal/grpc_1_51_context.h), and the watch on a parent call
-// (internal/parent_watch.h), against real calls on a real server. These
+// public API (internal/grpc_1_51/context.h), and the watch on a parent call
+// (internal/grpc/parent_watch.h), against real calls on a real server. These
 // tests are meant to break loudly when gRPC changes: re-check each member's
 // meaning in the new version's client_context.h and channel_cc.cc, then
 // extend the version gate. What the members do for a call end to end is in
 // tests/caller_context_e2e_test.cc. Built without the fast paths
 // (--config=no_grpc_fast_paths, as on another gRPC), the same tests check
 // the fallback: only the public API, so nothing hidden is read or written.
-
-#include "rpcguard/internal/grpc_1_51_context.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,7 +34,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
-#include "rpcguard/internal/parent_watch.h"
+#include "rpcguard/internal/grpc/parent_watch.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
@@ -64,7 +63,8 @@ TEST(ContextAccessVersionTest, WrittenForThisGrpc) {
       << ". Hijacked attempts now lose the caller's authority, "
          "wait-for-ready and parent call, and auth_context() and "
          "debug_error_string() say nothing of them: re-check "
-         "interceptors/internal/grpc_1_51_context.cc for this version and "
+         "interceptors/rpcguard/internal/grpc_1_51/context.cc for this version "
+         "and "
          "extend its version gate.";
 }
 #endif

@@ -1,14 +1,12 @@
 // Copyright rpcguard authors.
 //
-// What rpcguard reads of gRPC 1.51's internals (internal/grpc_1_51_probes.h),
+// What rpcguard reads of gRPC 1.51's internals (internal/grpc_1_51/probes.h),
 // checked against real calls on a real server. These tests are meant to
 // break loudly when gRPC changes under the probes: read the probe's comment,
 // re-derive the layout for the new version, and update the version gate.
 // Built without the fast paths (--config=no_grpc_fast_paths, as on another
 // gRPC), the same tests check the fallback: IsCallbackUnaryCall answers its
 // safe "no" (IsProtobufMessage relies on the C++ ABI, not on gRPC, and stays).
-
-#include "rpcguard/internal/grpc_1_51_probes.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -22,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+#include "rpcguard/internal/grpc_1_51/probes.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/stub_calls.h"
 
@@ -116,7 +115,8 @@ TEST(ProbesVersionTest, WrittenForThisGrpc) {
       << "rpcguard's gRPC probes were written for gRPC 1.51; this build uses "
       << grpc::Version()
       << ". Every call is now hijacked (correct, slower): re-check the "
-         "layouts in interceptors/internal/grpc_1_51_probes.cc for this "
+         "layouts in interceptors/rpcguard/internal/grpc_1_51/probes.cc for "
+         "this "
          "version and extend its version gate.";
 }
 #endif

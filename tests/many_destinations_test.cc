@@ -24,7 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
-#include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/rpcguard.h"
 #include "rpcguard/testing/fake_clock.h"
 #include "tests/testing/fault_server.h"

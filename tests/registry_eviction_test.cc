@@ -21,7 +21,7 @@
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/destination/retry_budget.h"
-#include "rpcguard/internal/factory_state.h"
+#include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/observability/stats.h"
 #include "rpcguard/testing/fake_clock.h"
 

@@ -23,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
-#include "rpcguard/internal/grpc_1_51_probes.h"
+#include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/stub_calls.h"

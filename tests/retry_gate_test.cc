@@ -1,10 +1,10 @@
 // Copyright rpcguard authors.
 //
 // The retry gate under a fake clock: the order of checks around an attempt
-// (decision/retry_gate.h), every branch, with the real breaker, budget and
-// A6 throttle. No gRPC call is made.
+// (internal/engine/retry_gate.h), every branch, with the real breaker, budget
+// and A6 throttle. No gRPC call is made.
 
-#include "rpcguard/decision/retry_gate.h"
+#include "rpcguard/internal/engine/retry_gate.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 // another from its callback. Times are on gRPC's monotonic clock, as the
 // queue's.
 
-#include "rpcguard/internal/timer_queue.h"
+#include "rpcguard/internal/grpc/timer_queue.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/rpcguard/v1/options.pb.h"
-#include "rpcguard/internal/proto_options.h"
+#include "rpcguard/proto_options.h"
 
 namespace rpcguard {
 namespace {

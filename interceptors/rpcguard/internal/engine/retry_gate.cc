@@ -1,0 +1,146 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/engine/retry_gate.h"
+
+#include <cstdint>
+#include <limits>
+
+namespace rpcguard {
+namespace {
+
+// A generator for a controller that is never asked for a backoff.
+struct NoRandomness {
+  using result_type = uint64_t;
+  static constexpr result_type min() { return 0; }
+  static constexpr result_type max() {
+    return std::numeric_limits<result_type>::max();
+  }
+  result_type operator()() { return 0; }
+};
+
+}  // namespace
+
+bool SettleAttempt(const DestinationGates& dest,
+                   std::optional<RetryCharge> charge, StatusClass status_class,
+                   const AttemptOutcome& outcome, bool server_said_stop) {
+  if (dest.budget != nullptr && charge.has_value()) {
+    dest.budget->RecordRetryEnd(
+        *charge,
+        AttemptResultFor(status_class, outcome) == AttemptResult::kFailure);
+  }
+  if (dest.throttle == nullptr) return true;
+  // Not the server's answer, whatever trailers came with it.
+  if (outcome.local_error || outcome.not_sent) {
+    return dest.throttle->RetryAllowed();
+  }
+  if (status_class == StatusClass::kOk) {
+    dest.throttle->RecordSuccess();
+    return true;
+  }
+  if (status_class == StatusClass::kRetriable || server_said_stop) {
+    return dest.throttle->RecordFailure();
+  }
+  return dest.throttle->RetryAllowed();
+}
+
+RetryCharge RetryChargeFor(const AttemptOutcome& outcome,
+                           bool server_pushback) {
+  if (outcome.not_sent) return RetryCharge::kFree;
+  if (server_pushback || outcome.per_attempt_timeout_expired ||
+      outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return RetryCharge::kUpFront;
+  }
+  return RetryCharge::kOnFailure;
+}
+
+void RecordAttemptEnd(const DestinationGates& dest,
+                      const std::optional<Admission>& admission,
+                      StatusClass status_class, const AttemptOutcome& outcome,
+                      bool retrying) {
+  if (dest.breaker == nullptr || !admission.has_value()) return;
+  const AttemptResult result = AttemptResultFor(status_class, outcome);
+  if (retrying && result == AttemptResult::kFailure && !admission->probe()) {
+    return;  // the retry speaks for the call
+  }
+  dest.breaker->Record(*admission, result);
+}
+
+void RecordDeferredFailure(const DestinationGates& dest,
+                           const Admission& admission, GiveUpReason refused) {
+  if (dest.breaker == nullptr) return;
+  if (refused == GiveUpReason::kBudgetExhausted ||
+      refused == GiveUpReason::kDeadline) {
+    dest.breaker->Record(admission, AttemptResult::kFailure);
+  }
+}
+
+Decision GateRetry(Decision d, bool throttle_allows,
+                   const DestinationGates& dest, RetryCharge charge) {
+  if (d.action != Decision::Action::kRetry) return d;
+  GiveUpReason veto = GiveUpReason::kNone;
+  if (dest.breaker != nullptr &&
+      (dest.breaker->state() == BreakerState::kOpen ||
+       dest.breaker->state() == BreakerState::kForcedOpen)) {
+    veto = GiveUpReason::kBreakerOpen;
+  } else if (!throttle_allows) {
+    veto = GiveUpReason::kBudgetExhausted;
+  } else if (dest.budget != nullptr && !dest.budget->CanAcquireRetry(charge)) {
+    veto = GiveUpReason::kBudgetExhausted;
+  }
+  if (veto != GiveUpReason::kNone) {
+    d.action = Decision::Action::kGiveUp;
+    d.reason = veto;
+    d.delay = absl::ZeroDuration();
+  }
+  return d;
+}
+
+AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
+                           const DestinationGates& dest, RetryCharge charge) {
+  AttemptStart start;
+  if (cancelled) {
+    start.refused = GiveUpReason::kCancelled;
+    return start;
+  }
+  if (remaining <= absl::ZeroDuration()) {
+    start.refused = GiveUpReason::kDeadline;
+    return start;
+  }
+  if (dest.breaker != nullptr) {
+    start.admission = dest.breaker->Admit();
+    if (!start.admission->allowed()) {
+      start.refused = GiveUpReason::kBreakerOpen;
+      return start;
+    }
+  }
+  if (dest.budget != nullptr) {
+    if (number <= 1) {
+      // Only first attempts that go out earn retry budget.
+      dest.budget->RecordFirstAttempt();
+    } else if (dest.budget->TryAcquireRetry(charge)) {
+      start.charge = charge;
+    } else {
+      if (start.admission.has_value()) {
+        dest.breaker->Record(*start.admission, AttemptResult::kIgnored);
+        start.admission.reset();
+      }
+      start.refused = GiveUpReason::kBudgetExhausted;
+    }
+  }
+  return start;
+}
+
+Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
+                        absl::Time deadline, Clock* clock,
+                        const AttemptEnd& end) {
+  MethodPolicy once = policy;
+  once.retry.max_attempts = 1;
+  // The controller's policy must outlive it: `once` does.
+  RetryController controller(once, may_repeat, deadline, clock);
+  controller.StartAttempt();
+  // One attempt allowed: no backoff is ever drawn.
+  NoRandomness none;
+  return controller.OnAttemptEnd(end, Pushback(), none);
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,717 @@
+// Copyright rpcguard authors.
+//
+// CallEngine: the design and the states are in the header.
+
+#include "rpcguard/internal/grpc/call_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+// The outcome of an attempt that was admitted but not sent: it tells the
+// breaker and the budget nothing (kIgnored, refunded).
+AttemptOutcome NeverSent() {
+  AttemptOutcome o;
+  o.code = grpc::StatusCode::CANCELLED;
+  o.caller_cancelled = true;
+  return o;
+}
+
+// Gives back what the gate granted an attempt that is not sent after all.
+void GiveBack(const DestinationGates& gates, const AttemptStart& start) {
+  SettleAttempt(gates, start.charge, StatusClass::kFatal, NeverSent(),
+                /*server_said_stop=*/false);
+  RecordAttemptEnd(gates, start.admission, StatusClass::kFatal, NeverSent(),
+                   /*retrying=*/false);
+}
+
+}  // namespace
+
+CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
+                       const MethodState& method, absl::Time deadline,
+                       bool may_repeat, bool hedging, uint64_t call_id)
+    : io_(io),
+      factory_(factory),
+      method_(method),
+      policy_(method.resolved.policy),
+      call_id_(call_id),
+      hedging_(hedging && method.resolved.policy.hedging.has_value()),
+      controller_(policy_, may_repeat, deadline, factory.clock()) {
+  if (factory_.refresher()) controller_.EnableAuthRefresh();
+  internal::MutexLock lock(&mu_);
+  if (hedging_) {
+    const HedgingPolicy& hedge = *policy_.hedging;
+    hedge_.emplace(hedge, HedgeDelay(hedge, method_.latency.get()),
+                   &controller_, factory_.clock(), policy_.min_attempt_time);
+    policy_impl_ = &*hedge_;
+  } else {
+    retry_.emplace(&controller_, method_.gates());
+    policy_impl_ = &*retry_;
+  }
+}
+
+int CallEngine::attempts() const {
+  internal::MutexLock lock(&mu_);
+  return controller_.attempts();
+}
+
+bool CallEngine::done() const {
+  internal::MutexLock lock(&mu_);
+  return done_;
+}
+
+void CallEngine::Start() { SendAttempt(SendKind::kFirst, std::nullopt); }
+
+std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
+    std::optional<Admission> admission) {
+  std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
+  attempt->admission = std::move(admission);
+  attempt->app_call = true;
+  attempt->context.reset();  // the application's call has its own
+  attempt->number = 1;
+  internal::MutexLock lock(&mu_);
+  attempt->deadline = controller_.StartAttempt();
+  attempt->sent = controller_.Now();
+  first_sent_ = attempt->sent;
+  attempts_.push_back(attempt);
+  return attempt;
+}
+
+void CallEngine::FailBeforeStart(const grpc::Status& status,
+                                 GiveUpReason reason) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    FinishLocked(status, reason, nullptr, TraceEvent::Kind::kFailFast,
+                 StatusClass::kFatal, a);
+  }
+  Act(a);
+}
+
+const FinalOutcome* CallEngine::Park(Batches::value_type batch) {
+  internal::MutexLock lock(&mu_);
+  if (!done_) {
+    parked_.push_back(batch);
+    return nullptr;
+  }
+  return outcome_;
+}
+
+void CallEngine::SendAttempt(SendKind kind,
+                             std::optional<RetryCharge> replaces) {
+  int number;
+  bool cancelled;
+  absl::Duration remaining;
+  RetryCharge charge;
+  std::optional<Admission> deferred;
+  {
+    internal::MutexLock lock(&mu_);
+    if (done_) return;
+    number = kind == SendKind::kFirst ? 1 : policy_impl_->NextNumber();
+    cancelled = cancelled_;
+    remaining = controller_.Remaining();
+    charge = next_charge_;
+    deferred = std::move(deferred_failure_);
+    deferred_failure_.reset();
+  }
+  // Which budget pays: a hedge (a copy beside those in flight) is extra
+  // load, paid by the hedge budget; a copy that replaces a failure is a
+  // retry in all but name, paid by the retry budget as `replaces` says.
+  DestinationGates gates = method_.gates();
+  const bool hedge = hedging_ && kind == SendKind::kNext;
+  if (hedge) {
+    if (replaces.has_value()) {
+      charge = *replaces;
+    } else {
+      gates.budget = method_.hedge_budget.get();
+      charge = RetryCharge::kUpFront;
+    }
+  }
+  // Outside mu_: the breaker may call transition listeners.
+  AttemptStart start = BeforeAttempt(number, cancelled, remaining, gates, charge);
+  // A hedge budget's grant is paid up front; there is nothing to settle.
+  if (hedge && !replaces.has_value()) start.charge.reset();
+  if (start.refused == GiveUpReason::kNone && hedging_ &&
+      kind == SendKind::kFirst && method_.hedge_budget != nullptr) {
+    method_.hedge_budget->RecordFirstAttempt();
+  }
+  if (deferred.has_value()) {
+    RecordDeferredFailure(gates, *deferred, start.refused);
+  }
+
+  std::shared_ptr<EngineAttempt> attempt;
+  if (start.refused == GiveUpReason::kNone) attempt = io_->NewAttempt();
+  std::optional<RefreshedCredentials> refreshed;
+  bool give_back = false;
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (done_) {
+      give_back = start.refused == GiveUpReason::kNone;
+    } else {
+      GiveUpReason refused = start.refused;
+      if (refused == GiveUpReason::kNone && cancelled_) {
+        // Cancelled while the gate was asked.
+        refused = GiveUpReason::kCancelled;
+        give_back = true;
+      }
+      if (refused == GiveUpReason::kNone) {
+        attempt->number = number;
+        attempt->admission = std::move(start.admission);
+        attempt->charge = start.charge;
+        attempt->wait_for_connection = !hedging_ && next_waits_;
+        attempt->deadline = controller_.StartAttempt();
+        attempt->sent = controller_.Now();
+        if (number == 1) first_sent_ = attempt->sent;
+        attempt->sending = true;
+        attempts_.push_back(attempt);
+        ++sending_;
+        if (in_flight_ == nullptr) in_flight_ = io_->Hold();
+        refreshed = refreshed_;
+        if (kind == SendKind::kFirst) {
+          const absl::Time timer = policy_impl_->Start();
+          if (timer != absl::InfiniteFuture()) {
+            a.timer = timer;
+          } else if (hedging_) {
+            a.arm_deadline = true;
+          }
+        }
+      } else {
+        attempt.reset();
+        RefusedLocked(refused, start, kind == SendKind::kFirst,
+                      replaces.has_value(), a);
+      }
+    }
+  }
+  if (give_back) GiveBack(gates, start);
+  if (attempt == nullptr) {
+    Act(a);
+    return;
+  }
+
+  // Held here: the attempt may end, and the engine let go of it, before
+  // Send returns.
+  const std::shared_ptr<void> context = attempt->context;
+  io_->Send(attempt, refreshed);
+  if (hedge) TraceHedgeSent(number);
+
+  bool cancel_now;
+  std::optional<Ending> ending;
+  {
+    internal::MutexLock lock(&mu_);
+    // The call was decided, or cancelled, while this attempt was started.
+    attempt->sending = false;
+    cancel_now = cancelled_ || done_;
+    if (done_ && !cancelled_) attempt->loser = true;
+    if (--sending_ == 0) ending.swap(deferred_ending_);
+  }
+  if (cancel_now) io_->Cancel(context);
+  attempt.reset();
+  Act(a);
+  if (ending.has_value()) {
+    // Decided while this attempt was being started: its context now holds
+    // the channel, so the application may have the result.
+    Conclude(*ending);
+  }
+}
+
+void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
+                               bool first, bool replaces, Actions& a) {
+  if (refused == GiveUpReason::kCancelled) {
+    FinishLocked(cancel_status_, cancel_reason_, nullptr,
+                 TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    return;
+  }
+  if (!first) {
+    const PolicyStep step = policy_impl_->OnRefused(refused, replaces);
+    if (hedging_) {
+      // Other copies may still run; when none does, the last failure
+      // stands.
+      if (step.done) {
+        FinishLocked(last_status_, refused, last_attempt_.get(),
+                     TraceEvent::Kind::kAttempt, StatusClass::kRetriable, a);
+      }
+      return;
+    }
+  }
+  switch (refused) {
+    case GiveUpReason::kBreakerOpen:
+      FinishLocked(
+          grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrCat("rpcguard: ",
+                           method_.breaker->RefusalMessage(*start.admission))),
+          refused, nullptr, TraceEvent::Kind::kFailFast, StatusClass::kFatal,
+          a);
+      return;
+    case GiveUpReason::kBudgetExhausted:
+      // The previous attempt's answer stands, as for any give-up; the
+      // terminal event is the attempt that was not sent.
+      FinishLocked(last_status_, refused, last_attempt_.get(),
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      return;
+    default:  // kDeadline
+      FinishLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                absl::StrCat("deadline passed before attempt ",
+                                             controller_.attempts() + 1)),
+                   GiveUpReason::kDeadline, nullptr,
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      return;
+  }
+}
+
+bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
+                               Batches::value_type hold) {
+  // Declared first, so released last: the glue may be otherwise
+  // unreferenced once the application's call has its result.
+  std::shared_ptr<void> self;
+  std::shared_ptr<EngineAttempt> attempt;
+  const grpc::Status& status = report.status;
+  EndFacts facts;
+  facts.number = raw->number;
+  facts.end.code = status.error_code();
+  facts.end.local_error = report.local_error;
+  facts.end.not_sent = report.not_sent;
+  facts.end.may_wait = report.may_wait;
+  facts.pushback = report.pushback;
+  facts.server_pushback = report.pushback.kind != Pushback::Kind::kNone ||
+                          report.pushback.min_delay.has_value();
+  bool decided;
+  {
+    internal::MutexLock lock(&mu_);
+    auto it = std::find_if(attempts_.begin(), attempts_.end(),
+                           [raw](const auto& a) { return a.get() == raw; });
+    if (it == attempts_.end()) return false;  // not this call's: cannot be
+    attempt = std::move(*it);
+    attempts_.erase(it);
+    if (attempts_.empty()) self = std::move(in_flight_);
+    facts.end.caller_cancelled = cancelled_;
+    facts.cancelled = cancelled_;
+    facts.outcome = controller_.OutcomeOf(facts.end);
+    decided = done_;
+  }
+  // An attempt rpcguard cancelled because another decided the call says
+  // nothing of the server.
+  if (attempt->loser) facts.outcome.caller_cancelled = true;
+  facts.status_class = policy_.MakeClassifier().Classify(facts.outcome);
+  const DestinationGates gates = method_.gates();
+  // Outside mu_: the throttle and budget are shared.
+  facts.throttle_allows =
+      SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
+                    report.pushback.kind == Pushback::Kind::kStop);
+
+  PolicyStep step;
+  Actions a;
+  TraceEvent line;
+  bool traced = false;
+  bool parked = false;
+  if (!decided) {
+    internal::MutexLock lock(&mu_);
+    if (done_) {
+      decided = true;
+    } else {
+      RandomBitGen gen(factory_.random());
+      step = policy_impl_->OnAttemptEnd(facts, gen);
+      if (step.done) {
+        FinishLocked(status, step.reason, attempt.get(),
+                     TraceEvent::Kind::kAttempt, step.status_class, a);
+      } else {
+        // The call goes on: this failure stands if nothing better comes.
+        last_status_ = status;
+        last_attempt_ = attempt;
+        if (hold != nullptr) {
+          parked_.push_back(hold);
+          parked = true;
+        }
+        if (step.defer_failure) deferred_failure_ = attempt->admission;
+        if (step.timer != absl::InfiniteFuture() || step.refresh) {
+          next_charge_ = step.next_charge;
+          next_waits_ = step.next_waits;
+        }
+        if (step.refresh) {
+          refreshing_ = true;
+          a.refresh = true;
+          a.refresh_deadline = controller_.deadline();
+        }
+        a.send = step.send;
+        a.replaces = step.replaces;
+        a.timer = step.timer;
+        a.watch_parent = step.idle;
+        line.attempt = hedging_ ? attempt->number : controller_.attempts();
+        line.code = status.error_code();
+        line.status_class = step.status_class;
+        line.decision = step.decision;
+        line.backoff = step.trace_backoff;
+        line.deadline_left = controller_.Remaining();
+        traced = true;
+      }
+    }
+  }
+  if (decided) {
+    // Ended after the call did (cancelled as a loser, or outrun).
+    RecordAttemptEnd(gates, attempt->admission, facts.status_class,
+                     facts.outcome, /*retrying=*/false);
+    if (attempt->number == 1 && attempt->loser && method_.latency != nullptr) {
+      method_.latency->RecordAtLeast(Now() - attempt->sent);
+    }
+    io_->Release(attempt);
+    return false;
+  }
+  // The destination hears of the attempt now that it is known whether the
+  // call retries (retry_gate.h), and before the next attempt can start;
+  // outside mu_: a breaker transition calls listeners on this thread.
+  RecordAttemptEnd(gates, attempt->admission, step.status_class, step.outcome,
+                   step.retrying);
+  // The adaptive delay learns from each call's first attempt only (a later
+  // copy's latency, counted from its own start, says nothing of when to
+  // hedge).
+  if (attempt->number == 1 && step.done && status.ok() &&
+      method_.latency != nullptr) {
+    method_.latency->Record(Now() - attempt->sent);
+  }
+  if (traced) Trace(line, &status);
+  Act(a);
+  return parked;
+}
+
+void CallEngine::OnTimer(TimerKind kind) {
+  switch (kind) {
+    case TimerKind::kCancel:
+      DoCancel();
+      return;
+    case TimerKind::kDeadline:
+      OnDeadline();
+      return;
+    case TimerKind::kRefreshDeadline:
+      EndRefresh(absl::DeadlineExceededError("refresh timed out"),
+                 /*timed_out=*/true);
+      return;
+    case TimerKind::kNext:
+      break;
+  }
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (done_ || cancelled_) return;
+    // From the first wait on, the engine keeps the caller's deadline itself
+    // (ArmDeadline).
+    a.arm_deadline = true;
+    const PolicyStep step = policy_impl_->OnTimer();
+    if (step.done) {
+      FinishLocked(last_status_, step.reason, last_attempt_.get(),
+                   TraceEvent::Kind::kAttempt, StatusClass::kRetriable, a);
+    } else {
+      a.send = step.send;
+      a.timer = step.timer;
+    }
+  }
+  Act(a);
+}
+
+void CallEngine::Act(Actions& a) {
+  // Cancelled before the application has the result: see
+  // CallIo::Release.
+  for (const auto& context : a.cancel) io_->Cancel(context);
+  const int cancelled = static_cast<int>(a.cancel.size());
+  a.cancel.clear();
+  for (const auto& timer : a.cancel_timers) io_->CancelTimer(timer);
+  if (a.hedge_stats) {
+    factory_.stats()->RecordHedgedCall(method_.stats, a.copies, a.later_won,
+                                       cancelled, a.delay);
+  }
+  if (a.ending.has_value()) Conclude(*a.ending);
+  if (a.watch_parent) io_->WatchParent();
+  if (a.refresh) {
+    if (a.refresh_deadline != absl::InfiniteFuture()) {
+      Arm(a.refresh_deadline, TimerKind::kRefreshDeadline);
+    }
+    io_->Refresh();
+  }
+  if (a.send) SendAttempt(SendKind::kNext, a.replaces);
+  if (a.timer != absl::InfiniteFuture()) Arm(a.timer, TimerKind::kNext);
+  if (a.arm_deadline) ArmDeadline();
+}
+
+void CallEngine::Arm(absl::Time when, TimerKind kind) {
+  {
+    internal::MutexLock lock(&mu_);
+    if (done_) return;
+  }
+  const TimerHandle handle = io_->Schedule(when, kind);
+  bool done;
+  {
+    internal::MutexLock lock(&mu_);
+    done = done_;
+    if (!done) {
+      timers_.push_back(handle);
+      if (kind == TimerKind::kRefreshDeadline) refresh_timer_ = handle;
+    }
+  }
+  // Decided meanwhile: the finish did not see this timer.
+  if (done) io_->CancelTimer(handle);
+}
+
+void CallEngine::ArmDeadline() {
+  // Core ends each attempt at the caller's deadline, but an attempt's end
+  // reaches rpcguard through gRPC's callback queue, whose threads (gRPC
+  // 1.51's CallbackAlternativeCQ) sleep 100 ms after a second without
+  // events: the call would end that much late. A timer keeps the deadline
+  // instead, on the real clock (with an injected clock, the attempts'
+  // endings do).
+  absl::Time deadline;
+  {
+    internal::MutexLock lock(&mu_);
+    if (deadline_armed_ || done_) return;
+    deadline = controller_.deadline();
+    if (deadline == absl::InfiniteFuture() || !io_->KeepsDeadline()) return;
+    deadline_armed_ = true;
+  }
+  Arm(deadline, TimerKind::kDeadline);
+}
+
+void CallEngine::OnDeadline() {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    // Nothing in flight (a wait): the wait's timer, which never fires after
+    // the deadline, ends the call.
+    if (done_ || cancelled_ || attempts_.empty()) return;
+    // The oldest attempt is left to end by its own deadline and to be
+    // counted as the call's failure, as when its ending decides the call;
+    // the others are cancelled.
+    const EngineAttempt* keep = attempts_.front().get();
+    FinishLocked(
+        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
+        GiveUpReason::kDeadline, nullptr, TraceEvent::Kind::kAttempt,
+        StatusClass::kRetriable, a, keep);
+  }
+  Act(a);
+}
+
+void CallEngine::Cancel() {
+  {
+    internal::MutexLock lock(&mu_);
+    if (cancelled_ || done_) return;
+    cancelled_ = true;
+    cancel_status_ = CancelledByCaller();
+    cancel_reason_ = GiveUpReason::kCancelled;
+  }
+  // Deferred: a caller's cancel arrives while gRPC holds the application
+  // context's lock, and cancelling an attempt would take locks an ending
+  // attempt holds.
+  Arm(Now(), TimerKind::kCancel);
+}
+
+void CallEngine::OnParentEnded(grpc::StatusCode code) {
+  {
+    internal::MutexLock lock(&mu_);
+    if (cancelled_ || done_) return;
+    cancelled_ = true;
+    if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      cancel_status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                    "the parent call's deadline passed");
+      cancel_reason_ = GiveUpReason::kDeadline;
+    } else {
+      // At its deadline core cancels the parent too, which may reach the
+      // watch before the watch's own deadline does.
+      cancel_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                    "the parent call ended: cancelled, or its "
+                                    "deadline passed");
+      cancel_reason_ = GiveUpReason::kCancelled;
+    }
+  }
+  // On the watch's own gRPC thread, which holds no lock of the
+  // application's call: no need to defer, as Cancel() must.
+  DoCancel();
+}
+
+void CallEngine::DoCancel() {
+  Actions a;
+  bool end_refresh = false;
+  {
+    internal::MutexLock lock(&mu_);
+    if (done_) return;
+    if (refreshing_) {
+      // The refresher cannot be stopped; the call ends without it.
+      end_refresh = true;
+    } else if (attempts_.empty() && sending_ == 0) {
+      // Waiting (a backoff, a server's delay): end now.
+      FinishLocked(cancel_status_, cancel_reason_, nullptr,
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    } else {
+      // Their CANCELLED endings end the call; an attempt being started is
+      // cancelled once started (SendAttempt); no timer may start another.
+      for (const auto& attempt : attempts_) {
+        if (attempt->context != nullptr && !attempt->sending) {
+          a.cancel.push_back(attempt->context);
+        }
+      }
+      a.cancel_timers.swap(timers_);
+    }
+  }
+  if (end_refresh) {
+    EndRefresh(absl::CancelledError(), /*timed_out=*/false);
+    return;
+  }
+  Act(a);
+}
+
+void CallEngine::OnRefreshed(absl::StatusOr<RefreshedCredentials> result) {
+  EndRefresh(std::move(result), /*timed_out=*/false);
+}
+
+void CallEngine::EndRefresh(absl::StatusOr<RefreshedCredentials> result,
+                            bool timed_out) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (!refreshing_ || done_) return;
+    refreshing_ = false;
+    if (refresh_timer_.has_value()) {
+      a.cancel_timers.push_back(*refresh_timer_);
+      refresh_timer_.reset();
+    }
+    if (cancelled_) {
+      FinishLocked(cancel_status_, cancel_reason_, nullptr,
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    } else if (timed_out) {
+      FinishLocked(last_status_, GiveUpReason::kDeadline, last_attempt_.get(),
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    } else if (!result.ok()) {
+      FinishLocked(
+          grpc::Status(last_status_.error_code(),
+                       absl::StrCat(last_status_.error_message(),
+                                    " (rpcguard: credential refresh failed: ",
+                                    result.status().message(), ")"),
+                       last_status_.error_details()),
+          GiveUpReason::kAuth, last_attempt_.get(),
+          TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    } else {
+      refreshed_ = *std::move(result);
+      a.send = true;
+    }
+  }
+  Act(a);
+}
+
+void CallEngine::TraceHedgeSent(int number) {
+  TraceEvent event;
+  event.kind = TraceEvent::Kind::kHedge;
+  event.attempt = number;
+  event.decision = TraceDecision::kHedge;
+  {
+    internal::MutexLock lock(&mu_);
+    // For a hedge line: the time since the first copy.
+    event.backoff = controller_.Now() - first_sent_;
+    event.deadline_left = controller_.Remaining();
+  }
+  Trace(event, nullptr);
+}
+
+void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
+                              EngineAttempt* last, TraceEvent::Kind kind,
+                              StatusClass status_class, Actions& a,
+                              const EngineAttempt* keep) {
+  done_ = true;
+  // The caller's cancel (or its parent's end) is why a failure ends it.
+  const bool by_cancel = cancelled_ && !given.ok();
+  const grpc::Status& status = by_cancel ? cancel_status_ : given;
+  if (by_cancel) reason = cancel_reason_;
+  FinalOutcome* out = &final_;
+  const int attempts = controller_.attempts();
+  TraceEvent& terminal = out->terminal;
+  terminal.kind = kind;
+  terminal.attempt =
+      kind == TraceEvent::Kind::kAttempt ? attempts : attempts + 1;
+  terminal.code = status.error_code();
+  terminal.status_class = status.ok() ? StatusClass::kOk : status_class;
+  terminal.decision =
+      status.ok() ? TraceDecision::kDone : TraceDecision::kGiveUp;
+  terminal.reason = status.ok()                     ? GiveUpReason::kNone
+                    : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
+                                                    : reason;
+  terminal.deadline_left = controller_.Remaining();
+  terminal.message = status.error_message();
+  // Whatever is still in flight but `keep` is cancelled: the call is
+  // decided. A hedged call's terminal line names the copy that decided it
+  // and those it cancels.
+  if (hedging_) {
+    terminal.copy = last != nullptr   ? last->number
+                    : keep != nullptr ? keep->number
+                                      : 0;
+  }
+  for (const auto& other : attempts_) {
+    if (other.get() == keep) continue;
+    other->loser = true;
+    if (other->context != nullptr && !other->sending) {
+      a.cancel.push_back(other->context);
+    }
+    if (hedging_) terminal.cancelled.push_back(other->number);
+  }
+  std::sort(terminal.cancelled.begin(), terminal.cancelled.end());
+  out->attempts = attempts;
+  // A success carries no message; its attempts are in the trailer.
+  out->status = status.ok()
+                    ? status
+                    : grpc::Status(status.error_code(),
+                                   AnnotateMessage(status.error_message(),
+                                                   attempts, reason),
+                                   status.error_details());
+  out->attempts_text = absl::StrCat(attempts);
+  out->from_app_call = last != nullptr && last->app_call;
+  if (last != nullptr && !last->app_call && last->context != nullptr) {
+    io_->TakeResult(*last, out);
+    // Everything needed is copied: let the attempt's context (and its
+    // channel reference) go now, while the application's call still holds
+    // the channel.
+    last->context.reset();
+  }
+  last_attempt_.reset();
+  a.cancel_timers.swap(timers_);
+  refresh_timer_.reset();
+  if (hedging_) {
+    a.hedge_stats = true;
+    a.copies = attempts;
+    a.later_won = status.ok() && last != nullptr && last->number > 1;
+    a.delay = hedge_->delay();
+  }
+  outcome_ = out;
+  Ending ending;
+  ending.outcome = out;
+  ending.batches.swap(parked_);
+  // An attempt is being started on the application's channel, to which it
+  // holds only a raw pointer until its context has the channel: the
+  // application must not have the result (and destroy the channel) before
+  // then, so that attempt's SendAttempt concludes the call.
+  if (sending_ > 0) {
+    deferred_ending_ = std::move(ending);
+  } else {
+    a.ending = std::move(ending);
+  }
+}
+
+void CallEngine::Conclude(const Ending& ending) {
+  const FinalOutcome& outcome = *ending.outcome;
+  TraceEvent e = outcome.terminal;
+  Trace(e, nullptr);
+  io_->Conclude(outcome, e, ending.batches);
+}
+
+void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
+  event.time = factory_.clock()->WallNow();
+  event.call_id = call_id_;
+  factory_.Emit(method_, event, [&](TraceEvent& e) {
+    e.method = method_.name;
+    e.idempotency_key = io_->key();
+    if (status != nullptr) e.message = status->error_message();
+    FactoryState::FillBreaker(method_, e);
+  });
+}
+
+}  // namespace internal
+}  // namespace rpcguard

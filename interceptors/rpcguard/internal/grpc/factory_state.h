@@ -1,0 +1,185 @@
+// Copyright rpcguard authors.
+//
+// What the interceptors of one factory share (FactoryState), and what they
+// keep per method (MethodState): the resolved policy, the destination's
+// breaker, budget and throttle, the method's stats handle and how attempts
+// name the method to gRPC. Resolved once, on a method's first call; read
+// lock-free by every later call.
+
+#ifndef RPCGUARD_INTERNAL_GRPC_FACTORY_STATE_H_
+#define RPCGUARD_INTERNAL_GRPC_FACTORY_STATE_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "rpcguard/channel.h"
+#include "rpcguard/decision/hedging.h"
+#include "rpcguard/destination/registry.h"
+#include "rpcguard/internal/base/method_cache.h"
+#include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/internal/grpc/timer_queue.h"
+
+namespace rpcguard {
+namespace internal {
+
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// rpcguard's header names as std::string, built once: the metadata maps and
+// ClientContext::AddMetadata take std::string keys, and one built from a
+// literal on every call would allocate for names of 16 characters and up.
+template <const char* kName>
+const std::string& HeaderString() {
+  static const std::string* const name = new std::string(kName);
+  return *name;
+}
+
+// The status of a call its caller cancelled.
+grpc::Status CancelledByCaller();
+
+// The serialized bytes of a ByteBuffer (for the give-up hook).
+std::string Bytes(const grpc::ByteBuffer& buffer);
+
+// What rpcguard keeps per method.
+struct MethodState {
+  // The full method name. Read this, not ClientRpcInfo::method(), after the
+  // first batch: for GenericStub callers that points into a string that may
+  // be gone by the time the call ends.
+  std::string name;
+  ResolvedPolicy resolved;
+  Stats::MethodHandle* stats = nullptr;
+  // The destination's breaker, budget and A6 throttle (null when disabled
+  // or not configured), under `breaker_key`.
+  std::string breaker_key;
+  std::shared_ptr<CircuitBreaker> breaker;
+  std::shared_ptr<RetryBudget> budget;
+  std::shared_ptr<RetryThrottle> throttle;
+  // Two channels disagreeing about one shared breaker's options: calls fail
+  // with FAILED_PRECONDITION rather than run unguarded.
+  absl::Status setup_error;
+  // Hedging (resolved.policy.hedging set): the recent successful attempt
+  // latency, for an adaptive delay (null without one), and the cap on
+  // hedges, a budget of their own per destination key and method.
+  std::unique_ptr<LatencyEstimator> latency;
+  std::shared_ptr<RetryBudget> hedge_budget;
+
+  // How attempts name the method to gRPC (RpcMethodFor).
+  std::optional<grpc::internal::RpcMethod> registered;
+  const grpc::ChannelInterface* registered_channel = nullptr;
+  std::weak_ptr<grpc::Channel> registered_on;
+  std::optional<grpc::internal::RpcMethod> unregistered;
+
+  // The destination's shared state, for the retry gate.
+  DestinationGates gates() const {
+    return {breaker.get(), budget.get(), throttle.get()};
+  }
+
+  // Registers the method on `channel`, the channel of the call that first
+  // resolved it: a registered call reuses the method's path instead of
+  // building it per call, as generated stubs do.
+  void Register(grpc::ChannelInterface* channel,
+                grpc::experimental::InterceptorBatchMethods* first_batch);
+
+  // The RpcMethod for an attempt of a call on `channel`, which the call
+  // keeps alive: the registered one when `channel` is still the channel it
+  // was registered on (not a new channel at the same address), otherwise an
+  // unregistered one.
+  const grpc::internal::RpcMethod& RpcMethodFor(
+      const grpc::ChannelInterface* channel) const;
+};
+
+// What every interceptor of one factory shares. Immutable after Init but
+// for its thread-safe members (method cache, stats, sink).
+class FactoryState {
+ public:
+  explicit FactoryState(Options options);
+  ~FactoryState();
+
+  FactoryState(const FactoryState&) = delete;
+  FactoryState& operator=(const FactoryState&) = delete;
+
+  // Starts tracing the transitions of this factory's breakers. Called once,
+  // right after construction (it needs a weak_ptr to this).
+  void Init(const std::shared_ptr<FactoryState>& self);
+
+  Clock* clock() const { return clock_; }
+  Random* random() const { return random_; }
+  const CredentialRefresher& refresher() const { return refresher_; }
+  const GiveUpHook& give_up_hook() const { return give_up_hook_; }
+
+  // The state of `method`, computed on its first call; after that only a
+  // lock-free hash lookup. The reference lives as long as this object.
+  // `channel` and `first_batch` belong to the asking call (Register).
+  const MethodState& ForMethod(
+      const char* method, grpc::ChannelInterface* channel,
+      grpc::experimental::InterceptorBatchMethods* first_batch) const;
+
+  // The state of `method` if a call resolved it already, else null.
+  // Lock-free, and it reads `method` only during the call.
+  const MethodState* FindMethod(const char* method) const {
+    return methods_.Find(method);
+  }
+
+  // Counts `event`, and writes it to the trace when the verbosity asks;
+  // `fill` adds the strings (method, key, message) only then, so that the
+  // common untraced case copies none.
+  template <typename Fill>
+  void Emit(const MethodState& method, TraceEvent& event, Fill fill) const {
+    stats_->Record(method.stats, event);
+    if (ShouldTrace(verbosity_, event)) {
+      fill(event);
+      sink_->Write(event);
+    }
+  }
+
+  // The hedge timers of this factory's calls, on one alarm. Never null.
+  TimerQueue* hedge_timers() const { return hedge_timers_.get(); }
+
+  // The Stats every call of this factory counts into. Never null.
+  Stats* stats() const { return stats_.get(); }
+
+  // Adds the method's breaker key and current state to `event`.
+  static void FillBreaker(const MethodState& method, TraceEvent& event);
+
+  // Calls the give-up hook, if any, for a call whose terminal event is
+  // `event` (decision kGiveUp); `request` is the request as sent.
+  void ReportGiveUp(const MethodState& method, const TraceEvent& event,
+                    int attempts, const std::string& idempotency_key,
+                    const grpc::ByteBuffer& request) const;
+
+  // Whether breaker `key` is one of this factory's: its destination, or its
+  // destination plus "/service" (key_per_service).
+  bool OwnsBreakerKey(absl::string_view key) const;
+
+ private:
+  void AttachDestination(absl::string_view method, MethodState* state) const;
+  void OnTransition(const BreakerTransition& t) const;
+
+  const Config config_;
+  Clock* const clock_;
+  Random* const random_;
+  const CredentialRefresher refresher_;
+  const std::shared_ptr<TraceSink> sink_;
+  const TraceVerbosity verbosity_;
+  const std::shared_ptr<Stats> stats_;
+  const GiveUpHook give_up_hook_;
+  const std::shared_ptr<BreakerRegistry> registry_;
+  std::string destination_;  // set before any call, then read-only
+  BreakerRegistry::ListenerId listener_id_ = 0;
+  MethodCache<MethodState> methods_;
+  const std::shared_ptr<TimerQueue> hedge_timers_;
+};
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_GRPC_FACTORY_STATE_H_

@@ -1,0 +1,68 @@
+// Copyright rpcguard authors.
+//
+// FinalOutcome: a decided call, as an immutable value, and how it is
+// delivered into the application's batches. Written once when the call is
+// decided and never changed after, so any thread may read it without a lock.
+// The application's metadata maps point into its strings: it lives as long
+// as the call.
+
+#ifndef RPCGUARD_INTERNAL_GRPC_FINAL_OUTCOME_H_
+#define RPCGUARD_INTERNAL_GRPC_FINAL_OUTCOME_H_
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/interceptor.h>
+#include <grpcpp/support/status.h>
+
+#include <map>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "rpcguard/internal/grpc/factory_state.h"
+#include "rpcguard/observability/trace.h"
+
+namespace rpcguard {
+namespace internal {
+
+// A call's parked batches: one or two for every unary API.
+using Batches =
+    absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>;
+
+struct FinalOutcome {
+  grpc::Status status;  // as the caller gets it, annotated
+  // The application's own call carried the final attempt: its response and
+  // metadata are already where the application reads them.
+  bool from_app_call = false;
+  grpc::ByteBuffer response;  // serialized; copied (by reference) to parse
+  Metadata initial_metadata;
+  Metadata trailing_metadata;
+  std::string attempts_text;  // the rpcguard-attempts trailer
+  int attempts = 0;
+  TraceEvent terminal;  // without time, call id and strings
+};
+
+// Copies a gRPC metadata map into strings that outlive the attempt.
+void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
+                  Metadata* to);
+
+// Fills `batches` (parked batches of a hijacked call) from `outcome` and
+// proceeds them, the batch with the status last: it completes the call for
+// the application. A response that cannot be parsed into the application's
+// response object turns the status into INTERNAL. `method` names the
+// method in such messages. `response_object` is a riding call's response
+// object (FillReceivedBatch), for its parked POST_RECV_STATUS batch; null
+// for a hijacked call.
+void ServeBatches(const Batches& batches, const FinalOutcome& outcome,
+                  const std::string& method, void* response_object);
+
+// Fills the receive batch (POST_RECV_STATUS) of a riding call, whose first
+// attempt was the application's own call: the final attempt's metadata,
+// response (parsed into `response_object`) and status replace the first
+// attempt's, unless the first attempt is the final one. Does not proceed it.
+void FillReceivedBatch(grpc::experimental::InterceptorBatchMethods* b,
+                       const FinalOutcome& outcome, const std::string& method,
+                       void* response_object);
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_GRPC_FINAL_OUTCOME_H_

@@ -1,0 +1,318 @@
+// Copyright rpcguard authors.
+//
+// HijackedCall: the engine's seam to gRPC. The design is in the header; the
+// state machine in call_engine.h.
+
+#include "rpcguard/internal/grpc/hijacked_call.h"
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/support/client_callback.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rpcguard/internal/grpc/attempt_call.h"
+#include "rpcguard/internal/grpc/deadline.h"
+#include "rpcguard/internal/grpc/sending_scope.h"
+#include "rpcguard/internal/grpc/timer_queue.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+bool Replaced(const Metadata& replacements, const std::string& key) {
+  for (const auto& kv : replacements) {
+    if (kv.first == key) return true;
+  }
+  return false;
+}
+
+grpc::ClientContext* ContextOf(const std::shared_ptr<void>& context) {
+  return static_cast<grpc::ClientContext*>(context.get());
+}
+
+// Each timer kind's entry point (TimerQueue takes a function pointer).
+template <TimerKind kKind>
+void Fire(void* call) {
+  static_cast<CallEngine*>(call)->OnTimer(kKind);
+}
+
+TimerQueue::Run RunFor(TimerKind kind) {
+  switch (kind) {
+    case TimerKind::kNext:
+      return &Fire<TimerKind::kNext>;
+    case TimerKind::kDeadline:
+      return &Fire<TimerKind::kDeadline>;
+    case TimerKind::kRefreshDeadline:
+      return &Fire<TimerKind::kRefreshDeadline>;
+    case TimerKind::kCancel:
+      break;
+  }
+  return &Fire<TimerKind::kCancel>;
+}
+
+}  // namespace
+
+HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
+                           const MethodState& method, absl::Time deadline,
+                           bool may_repeat, bool hedging)
+    : factory_(std::move(factory)),
+      method_(method),
+      policy_(method.resolved.policy),
+      engine_(this, *factory_, method, deadline, may_repeat, hedging,
+              factory_->random()->Next64()) {}
+
+void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
+                                    void* response_object) {
+  response_object_ = response_object;
+  ride_ = engine_.RideFirstAttempt(std::move(admission));
+}
+
+bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
+                                      const grpc::ChannelInterface* channel) {
+  grpc::Status status = *batch->GetRecvStatus();
+  if (status.ok() &&
+      batch->QueryInterceptionHookPoint(
+          InterceptionHookPoints::POST_RECV_MESSAGE) &&
+      batch->GetRecvMessage() == nullptr) {
+    // gRPC hides a response it could not parse (or none at all) and
+    // reports OK; a hijacked call would say so, and so does this one.
+    status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: cannot parse the response of ", method_.name,
+                     ": the server sent none, or one not of the "
+                     "application's response type"));
+  }
+  if (!status.ok()) {
+    // What later attempts need, only now that there may be any. Written
+    // before the engine lets a canceller or a timer send one.
+    setup_.channel = batch->GetInterceptedChannel();
+    setup_.rpc_method = &method_.RpcMethodFor(channel);
+  }
+  const AttemptReport report =
+      ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata());
+  // Held to the end: the engine lets go of it.
+  std::shared_ptr<EngineAttempt> attempt = std::move(ride_);
+  if (engine_.OnAttemptDone(attempt.get(), report, batch)) return true;
+  // Decided: `batch` is filled here and proceeds.
+  const FinalOutcome* outcome = engine_.Park(nullptr);
+  FillReceivedBatch(batch, *outcome, method_.name, response_object_);
+  return false;
+}
+
+void HijackedCall::Park(InterceptorBatchMethods* batch) {
+  const FinalOutcome* outcome = engine_.Park(batch);
+  if (outcome != nullptr) {
+    ServeBatches({batch}, *outcome, method_.name, response_object_);
+  }
+}
+
+AttemptReport HijackedCall::ReadEnd(
+    grpc::Status status,
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const {
+  AttemptReport r;
+  if (!status.ok()) {
+    auto it = trailers.find(kPushbackTrailer);
+    if (it != trailers.end()) {
+      r.pushback = ParsePushback(
+          absl::string_view(it->second.data(), it->second.size()));
+    }
+    r.pushback.min_delay = ParseRetryInfo(status.error_details());
+    r.local_error = IsLocalError(status.error_code(), status.error_message());
+    // The words alone could be a server's; a READY channel had a connection
+    // to send on.
+    r.not_sent = !r.local_error &&
+                 IsNotSent(status.error_code(), status.error_message()) &&
+                 setup_.channel != nullptr &&
+                 setup_.channel->GetState(false) != GRPC_CHANNEL_READY;
+  }
+  // An explicit fail-fast, the caller's or the config's, is kept.
+  r.may_wait = policy_.wait_for_ready.value_or(true) &&
+               setup_.caller.wait_for_ready.value_or(true);
+  r.status = std::move(status);
+  return r;
+}
+
+std::shared_ptr<EngineAttempt> HijackedCall::NewAttempt() {
+  auto attempt = std::make_shared<GrpcAttempt>();
+  attempt->context = std::make_shared<grpc::ClientContext>();
+  return attempt;
+}
+
+void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
+                        const std::optional<RefreshedCredentials>& refreshed) {
+  auto* grpc_attempt = static_cast<GrpcAttempt*>(attempt.get());
+  grpc::ClientContext* context = ContextOf(attempt->context);
+  PrepareContext(*context, *attempt, refreshed);
+  // The callback captures two raw pointers, which std::function stores
+  // without allocating; the engine holds this object (Hold) and the
+  // attempt until it runs.
+  SendingScope sending(context);
+  StartAttemptCall(setup_.channel.get(), *setup_.rpc_method, context,
+                   &setup_.request, &grpc_attempt->response,
+                   [this, grpc_attempt](grpc::Status status) {
+                     OnAttemptDone(grpc_attempt, std::move(status));
+                   });
+}
+
+void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
+  // The engine may let go of this object while it handles the end.
+  std::shared_ptr<HijackedCall> self = shared_from_this();
+  const AttemptReport report =
+      ReadEnd(std::move(status),
+              ContextOf(attempt->context)->GetServerTrailingMetadata());
+  engine_.OnAttemptDone(attempt, report, nullptr);
+}
+
+void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
+  if (context != nullptr) ContextOf(context)->TryCancel();
+}
+
+void HijackedCall::Release(std::shared_ptr<EngineAttempt> attempt) {
+  // Dropped on one of gRPC's executor threads: the attempt's context may
+  // hold the last reference to the application's channel, and a channel
+  // destroyed on the callback thread running the attempt's completion can
+  // take gRPC's callback queue, and the threads that serve it, down from
+  // under that thread (ASan: double free in grpc_cq_internal_unref). Only
+  // attempts cancelled or outrun pay for this alarm.
+  std::shared_ptr<void> context = std::move(attempt->context);
+  attempt.reset();
+  if (context == nullptr) return;
+  auto* alarm = new grpc::Alarm;
+  // A deadline in the past: runs at once. The alarm's own state outlives
+  // its callback, which may delete it.
+  alarm->Set(gpr_inf_past(GPR_CLOCK_MONOTONIC),
+             [alarm, context = std::move(context)](bool) mutable {
+               context.reset();
+               delete alarm;
+             });
+}
+
+TimerHandle HijackedCall::Schedule(absl::Time when, TimerKind kind) {
+  // The queue runs on gRPC's monotonic clock: on the real clock (the usual
+  // case) `when` is on it already. Nothing waits past the caller.
+  const absl::Time at =
+      std::min(OnGrpcClock(when, factory_->clock()), setup_.grpc_deadline);
+  // The engine is a member: alive exactly as long as this object.
+  std::shared_ptr<void> target(shared_from_this(), &engine_);
+  return factory_->hedge_timers()->Schedule(at, target, RunFor(kind));
+}
+
+void HijackedCall::CancelTimer(const TimerHandle& handle) {
+  factory_->hedge_timers()->Cancel(handle);
+}
+
+bool HijackedCall::KeepsDeadline() const {
+  return factory_->clock() == Clock::Real() &&
+         setup_.grpc_deadline != absl::InfiniteFuture();
+}
+
+void HijackedCall::Refresh() {
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  // Held weakly: a refresher that answers after the call ended finds
+  // nothing to do.
+  factory_->refresher()(method_.name,
+                        [weak](absl::StatusOr<RefreshedCredentials> result) {
+                          if (auto self = weak.lock()) {
+                            self->engine_.OnRefreshed(std::move(result));
+                          }
+                        });
+}
+
+void HijackedCall::WatchParent() {
+  if (setup_.caller.parent == nullptr) return;
+  {
+    internal::MutexLock lock(&mu_);
+    if (parent_watched_ || concluded_) return;
+    parent_watched_ = true;
+  }
+  std::weak_ptr<HijackedCall> weak = weak_from_this();
+  std::shared_ptr<ParentWatch> watch = ParentWatch::Start(
+      setup_.core_channel, setup_.caller.parent,
+      setup_.caller.propagation.c_bitmask(), [weak](grpc::StatusCode code) {
+        if (auto self = weak.lock()) self->OnParentEnded(code);
+      });
+  if (watch == nullptr) return;
+  bool done;
+  {
+    internal::MutexLock lock(&mu_);
+    done = concluded_;
+    if (!done) parent_watch_ = watch;
+  }
+  if (done) watch->Stop();
+}
+
+void HijackedCall::PrepareContext(
+    grpc::ClientContext& ctx, const EngineAttempt& attempt,
+    const std::optional<RefreshedCredentials>& refreshed) {
+  // From the monotonic time left, never the caller's wall-clock deadline:
+  // gRPC would read that at the attempt's start, after any step since the
+  // call's. On the real clock this is a conversion, not a clock read.
+  ctx.set_deadline(
+      GrpcDeadline(attempt.deadline, factory_->clock(), setup_.grpc_deadline));
+  if (refreshed && refreshed->credentials) {
+    ctx.set_credentials(refreshed->credentials);
+  } else if (setup_.credentials) {
+    ctx.set_credentials(setup_.credentials);
+  }
+  if (setup_.compression != GRPC_COMPRESS_NONE) {
+    ctx.set_compression_algorithm(setup_.compression);
+  }
+  // Waiting for the connection is rpcguard's own choice for a retry of an
+  // attempt that found none; the config's and the caller's explicit
+  // waitForReady, applied after it, win.
+  if (attempt.wait_for_connection) ctx.set_wait_for_ready(true);
+  if (policy_.wait_for_ready) ctx.set_wait_for_ready(*policy_.wait_for_ready);
+  // After the config's waitForReady: the caller's own choice wins over it,
+  // as over a service config's in gRPC.
+  ApplyCallerSettings(setup_.caller, &ctx);
+  for (const auto& kv : setup_.metadata) {
+    if (refreshed && Replaced(refreshed->metadata, kv.first)) continue;
+    ctx.AddMetadata(kv.first, kv.second);
+  }
+  if (refreshed) {
+    for (const auto& kv : refreshed->metadata) {
+      ctx.AddMetadata(kv.first, kv.second);
+    }
+  }
+  ctx.AddMetadata(HeaderString<kIdempotencyKeyHeader>(),
+                  setup_.idempotency_key);
+  ctx.AddMetadata(HeaderString<kAttemptHeader>(),
+                  absl::StrCat(attempt.number));
+}
+
+void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
+  auto& attempt = static_cast<GrpcAttempt&>(last);
+  grpc::ClientContext* context = ContextOf(attempt.context);
+  out->response.Swap(&attempt.response);
+  CopyMetadata(context->GetServerInitialMetadata(), &out->initial_metadata);
+  CopyMetadata(context->GetServerTrailingMetadata(), &out->trailing_metadata);
+  // Before the application's call completes, which is when it may read.
+  if (setup_.app_context != nullptr) {
+    DescribeFinalAttempt(*context, setup_.app_context);
+  }
+}
+
+void HijackedCall::Conclude(const FinalOutcome& outcome,
+                            const TraceEvent& terminal,
+                            const Batches& batches) {
+  std::shared_ptr<ParentWatch> watch;
+  {
+    internal::MutexLock lock(&mu_);
+    concluded_ = true;
+    watch = std::move(parent_watch_);
+  }
+  if (watch != nullptr) watch->Stop();
+  if (terminal.decision == TraceDecision::kGiveUp) {
+    factory_->ReportGiveUp(method_, terminal, outcome.attempts, setup_.idempotency_key,
+                           setup_.request);
+  }
+  ServeBatches(batches, outcome, method_.name, response_object_);
+}
+
+}  // namespace internal
+}  // namespace rpcguard

@@ -1,0 +1,188 @@
+// Copyright rpcguard authors.
+//
+// HijackedCall: one call whose outcome rpcguard owns, as gRPC sees it. The
+// call's state machine is the one attempt engine (call_engine.h), for
+// retries and hedges alike; this class is its seam to gRPC (CallIo): it
+// starts attempts, sets timers, asks the refresher, watches the parent call
+// and fills the application's batches.
+//
+// gRPC's interceptor API has no "retry" operation: once an attempt has
+// failed, the application's call has consumed its one response. So rpcguard
+// *hijacks* the call: the application's call never reaches gRPC core, and
+// every attempt is an asynchronous callback-API call of its own on the
+// channel below rpcguard, with its own ClientContext. Batches of the
+// application's call that wait for results are *parked* in the engine and
+// filled from the final attempt once the call is decided. A riding call
+// (CallMode::kRide) is the same machine entered later: its attempt 1 was
+// the application's own call, and rpcguard took over when it failed.
+//
+// Every attempt's context carries what the caller set on its own
+// (CallerSettings: authority, wait-for-ready, parent call, census), and
+// the caller's context is left describing the final attempt
+// (auth_context(), debug_error_string()); see grpc_1_51_context.h.
+//
+// Lifetime: the call is shared (std::shared_ptr) by the interceptor and,
+// while attempts run, by the engine (CallIo::Hold): an attempt's callback
+// holds raw pointers, which std::function stores without allocating.
+// Timers hold the call weakly (TimerQueue). Every timer is on the
+// factory's TimerQueue: backoffs, hedge delays, the deadline, the refresh
+// timeout and the deferred cancel.
+
+#ifndef RPCGUARD_INTERNAL_HIJACKED_CALL_H_
+#define RPCGUARD_INTERNAL_HIJACKED_CALL_H_
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/grpc/factory_state.h"
+#include "rpcguard/internal/grpc/final_outcome.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/internal/grpc/parent_watch.h"
+
+namespace rpcguard {
+namespace internal {
+
+class HijackedCall final : public CallIo,
+                           public std::enable_shared_from_this<HijackedCall> {
+ public:
+  // Everything needed to replay the request, captured from the first batch.
+  // Filled in place (setup()) before Start: grpc::ByteBuffer has no move
+  // constructor, so moving a Setup would copy the request.
+  struct Setup {
+    // The channel below rpcguard, and how attempts name the method on it.
+    std::unique_ptr<grpc::ChannelInterface> channel;
+    const grpc::internal::RpcMethod* rpc_method = nullptr;
+    grpc::ByteBuffer request;
+    Metadata metadata;  // the caller's, less rpcguard's own keys
+    std::string idempotency_key;
+    std::shared_ptr<grpc::CallCredentials> credentials;
+    // The caller's deadline on gRPC's monotonic clock
+    // (CallDeadline::on_grpc): no deadline or timer handed to gRPC outlives
+    // it.
+    absl::Time grpc_deadline = absl::InfiniteFuture();
+    grpc_compression_algorithm compression = GRPC_COMPRESS_NONE;
+    // What else the caller set, for every attempt.
+    CallerSettings caller;
+    // The application's context, left describing the final attempt; and
+    // the core channel, to watch a parent call (null without one).
+    grpc::ClientContext* app_context = nullptr;
+    grpc_channel* core_channel = nullptr;
+  };
+
+  // `deadline` is the caller's, on the factory clock's monotonic time, as
+  // read when the call started (CallerDeadline); attempts never outlive it.
+  // `may_repeat`: whether the call is safe to send more than once
+  // (CallPlan::may_repeat); `hedging`: copies under the method's
+  // hedgingPolicy instead of retries (CallPlan::hedge).
+  HijackedCall(std::shared_ptr<const FactoryState> factory,
+               const MethodState& method, absl::Time deadline, bool may_repeat,
+               bool hedging = false);
+
+  HijackedCall(const HijackedCall&) = delete;
+  HijackedCall& operator=(const HijackedCall&) = delete;
+
+  // What attempts replay; written only before Start, FailBeforeStart or
+  // RideFirstAttempt.
+  Setup& setup() { return setup_; }
+
+  // Starts attempt 1 (or ends the call at once when it cannot start).
+  void Start() { engine_.Start(); }
+
+  // Attempt 1 is the application's own call, already admitted by the
+  // breaker (`admission`); `response_object` is the application's response
+  // message. rpcguard steps in when its outcome calls for a retry
+  // (OnFirstAttemptDone).
+  void RideFirstAttempt(std::optional<Admission> admission,
+                        void* response_object);
+
+  // The application's call, carrying attempt 1 (RideFirstAttempt), received
+  // its outcome in `batch` (POST_RECV_STATUS); `channel` is the call's
+  // channel. Returns false when the call is decided and `batch`, filled,
+  // should proceed; true when rpcguard keeps it for the attempts that
+  // follow and proceeds it itself: the caller must not touch the call again.
+  bool OnFirstAttemptDone(grpc::experimental::InterceptorBatchMethods* batch,
+                          const grpc::ChannelInterface* channel);
+
+  // Ends the call before any attempt, with `status`.
+  void FailBeforeStart(const grpc::Status& status, GiveUpReason reason) {
+    engine_.FailBeforeStart(status, reason);
+  }
+
+  // The caller cancelled. Safe from any thread, any number of times.
+  void Cancel() { engine_.Cancel(); }
+
+  // A batch of the application's call that waits for the result: filled
+  // now if the call is decided, else when it is.
+  void Park(grpc::experimental::InterceptorBatchMethods* batch);
+
+  // CallIo: the engine's seam.
+  std::shared_ptr<EngineAttempt> NewAttempt() override;
+  std::shared_ptr<void> Hold() override { return shared_from_this(); }
+  void Send(const std::shared_ptr<EngineAttempt>& attempt,
+            const std::optional<RefreshedCredentials>& refreshed) override;
+  void Cancel(const std::shared_ptr<void>& context) override;
+  void Release(std::shared_ptr<EngineAttempt> attempt) override;
+  TimerHandle Schedule(absl::Time when, TimerKind kind) override;
+  void CancelTimer(const TimerHandle& handle) override;
+  bool KeepsDeadline() const override;
+  void Refresh() override;
+  void WatchParent() override;
+  void TakeResult(EngineAttempt& last, FinalOutcome* out) override;
+  const std::string& key() const override { return setup_.idempotency_key; }
+  void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
+                const Batches& batches) override;
+
+ private:
+  // An attempt as gRPC runs it: the engine's, with its response buffer
+  // (EngineAttempt::context is its grpc::ClientContext).
+  struct GrpcAttempt : EngineAttempt {
+    grpc::ByteBuffer response;
+  };
+
+  // How an attempt ended, from its status, trailers and the channel: one
+  // reading for every attempt, hijacked or the application's own.
+  AttemptReport ReadEnd(
+      grpc::Status status,
+      const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const;
+  // The callback of an attempt sent by Send.
+  void OnAttemptDone(GrpcAttempt* attempt, grpc::Status status);
+  // Fills in the attempt's context from the caller's (Setup), the refreshed
+  // credentials and rpcguard's metadata.
+  void PrepareContext(grpc::ClientContext& ctx, const EngineAttempt& attempt,
+                      const std::optional<RefreshedCredentials>& refreshed);
+  void OnParentEnded(grpc::StatusCode code) { engine_.OnParentEnded(code); }
+
+  const std::shared_ptr<const FactoryState> factory_;
+  const MethodState& method_;
+  const MethodPolicy& policy_;
+  Setup setup_;  // read-only once the call has started
+  // The application's response object, for a riding call; set before the
+  // call is shared.
+  void* response_object_ = nullptr;
+  // A riding call's attempt 1, from RideFirstAttempt to its end.
+  std::shared_ptr<EngineAttempt> ride_;
+  CallEngine engine_;
+
+  internal::Mutex mu_;
+  // Watches the caller's parent call once a wait has begun; stopped when
+  // the call is decided.
+  bool parent_watched_ ABSL_GUARDED_BY(mu_) = false;
+  bool concluded_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ParentWatch> parent_watch_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_HIJACKED_CALL_H_

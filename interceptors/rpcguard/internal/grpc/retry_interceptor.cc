@@ -1,0 +1,431 @@
+// Copyright rpcguard authors.
+//
+// The dispatcher. At a call's first batch it gathers the facts an
+// interceptor can see (CallFacts), asks PlanCall for the call's mode and
+// runs it:
+//   kPassThrough   proceed untouched;
+//   kMetadataOnly  add rpcguard's metadata, ask the breaker, proceed; at
+//                  POST_RECV_STATUS report the one attempt (DecideSentOnce);
+//   kRide          as kMetadataOnly, keeping what a retry would need; a
+//                  failed attempt 1 hands the call to a HijackedCall;
+//   kHijack        hand the call to a HijackedCall and Hijack();
+//   kFailFast      end it through a HijackedCall before anything is sent.
+// Everything after the first batch is the HijackedCall's (hijacked_call.h)
+// or gRPC's.
+//
+// Nothing touches `this` after Hijack() or after the last Proceed(): the
+// application may destroy its ClientContext, which owns the interceptor, as
+// soon as it sees the result.
+
+#include "rpcguard/internal/grpc/retry_interceptor.h"
+
+#include <string>
+#include <utility>
+
+#include "rpcguard/decision/call_plan.h"
+#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/internal/base/uuid.h"
+#include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/internal/grpc/deadline.h"
+#include "rpcguard/internal/grpc/hijacked_call.h"
+#include "rpcguard/internal/grpc/sending_scope.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/internal/grpc_1_51/probes.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::ClientRpcInfo;
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+class RetryInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RetryInterceptor(ClientRpcInfo* info,
+                   std::shared_ptr<const FactoryState> factory)
+      : info_(info), factory_(std::move(factory)) {
+    // info->method() may point into the caller's string, which a
+    // grpc::GenericStub caller may free once the call is created (before
+    // its first batch, with the CQ API): read it now, and only now.
+    if (info->type() == ClientRpcInfo::Type::UNARY) {
+      method_ = factory_->FindMethod(info->method());
+      if (method_ == nullptr) method_name_ = info->method();
+    }
+  }
+
+  void Intercept(InterceptorBatchMethods* batch) override {
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_CANCEL)) {
+      OnCancel();
+      return;  // gRPC continues a cancel batch by itself.
+    }
+    if (info_->type() != ClientRpcInfo::Type::UNARY) {
+      batch->Proceed();
+      return;
+    }
+    if (batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      if (SendingScope::IsSending(info_->client_context())) {
+        // rpcguard's own call, come back to rpcguard (sending_scope.h):
+        // it is already an attempt.
+        batch->Proceed();  // kPassThrough
+        return;
+      }
+      OnFirstBatch(batch);
+      return;  // OnFirstBatch may hijack: `this` may be gone.
+    }
+    switch (mode_) {
+      case CallMode::kHijack:
+      case CallMode::kFailFast:
+        if (batch->QueryInterceptionHookPoint(
+                InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
+            batch->QueryInterceptionHookPoint(
+                InterceptionHookPoints::PRE_RECV_MESSAGE) ||
+            batch->QueryInterceptionHookPoint(
+                InterceptionHookPoints::PRE_RECV_STATUS)) {
+          call_for_batches_->Park(batch);
+          return;
+        }
+        break;
+      case CallMode::kRide:
+        if (batch->QueryInterceptionHookPoint(
+                InterceptionHookPoints::POST_RECV_STATUS) &&
+            !SucceededWithMessage(batch)) {
+          RideFailed(batch);  // may end with `this` gone
+          return;
+        }
+        [[fallthrough]];
+      case CallMode::kMetadataOnly:
+        if (batch->QueryInterceptionHookPoint(
+                InterceptionHookPoints::POST_RECV_STATUS)) {
+          OnSentOnceStatus(batch);
+        }
+        break;
+      case CallMode::kPassThrough:
+        break;
+    }
+    batch->Proceed();
+  }
+
+ private:
+  // A success with its message: a riding call that needs nothing more.
+  static bool SucceededWithMessage(InterceptorBatchMethods* batch) {
+    return batch->GetRecvStatus()->ok() &&
+           !(batch->QueryInterceptionHookPoint(
+                 InterceptionHookPoints::POST_RECV_MESSAGE) &&
+             batch->GetRecvMessage() == nullptr);
+  }
+
+  void OnCancel() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<HijackedCall> call;
+    {
+      internal::MutexLock lock(&mu_);
+      cancelled_ = true;
+      call = call_;
+    }
+    if (call) call->Cancel();
+  }
+
+  bool cancelled() ABSL_LOCKS_EXCLUDED(mu_) {
+    internal::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
+  void OnFirstBatch(InterceptorBatchMethods* batch) {
+    auto* md = batch->GetSendInitialMetadata();
+    // Most calls carry no metadata of their own: skip the lookups.
+    const bool has_metadata = !md->empty();
+    if (has_metadata && md->erase(HeaderString<kPassThroughHeader>()) > 0) {
+      batch->Proceed();  // kPassThrough
+      return;
+    }
+    if (method_ == nullptr) {
+      // The method's first call: resolved once, under the name read when
+      // the call was created.
+      method_ =
+          &factory_->ForMethod(method_name_.c_str(), info_->channel(), batch);
+    }
+    const MethodState& method = *method_;
+    // rpcguard owns the attempt header: a caller's value would lie.
+    if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
+
+    CallFacts facts;
+    facts.declaration_error = method.resolved.error;
+    facts.destination_error = method.setup_error;
+    std::string caller_key;
+    if (has_metadata) {
+      facts.caller_keys =
+          static_cast<int>(md->count(HeaderString<kIdempotencyKeyHeader>()));
+      if (facts.caller_keys > 0) {
+        caller_key = md->find(HeaderString<kIdempotencyKeyHeader>())->second;
+        facts.caller_key = caller_key;
+      }
+    }
+    const MethodPolicy& policy = method.resolved.policy;
+    // Probed only when the answer matters: a call that may be retried.
+    if (MayRepeat(policy.idempotency) || facts.caller_keys == 1) {
+      facts.callback_api = IsCallbackUnaryCall(batch, info_->client_context());
+      // The CQ API hands the response object over only with Finish.
+      const void* response = batch->GetRecvMessage();
+      facts.response_may_be_message =
+          response == nullptr || IsProtobufMessage(response);
+    }
+    // The hedging policy's source: the method's own entry, or not.
+    facts.hedging_for_method =
+        method.resolved.sources[kFieldIndexHedging] ==
+            PolicySource::kConfigMethod ||
+        method.resolved.sources[kFieldIndexHedging] ==
+            PolicySource::kProtoMethod;
+    plan_ = PlanCall(policy, facts);
+
+    if (plan_.mode == CallMode::kMetadataOnly ||
+        plan_.mode == CallMode::kRide) {
+      // The application's own call is attempt 1: the gate admits it here.
+      AttemptStart start = BeforeAttempt(
+          1, /*cancelled=*/false, absl::InfiniteDuration(), method.gates());
+      if (start.refused == GiveUpReason::kBreakerOpen) {
+        plan_ = RefusedByBreaker(
+            plan_, method.breaker->RefusalMessage(*start.admission));
+      } else {
+        admission_ = std::move(start.admission);
+      }
+    }
+    mode_ = plan_.mode;
+    key_ = facts.caller_keys > 0 ? std::move(caller_key)
+                                 : NewUuidV4(*factory_->random());
+
+    switch (mode_) {
+      case CallMode::kPassThrough:
+        batch->Proceed();
+        return;
+      case CallMode::kMetadataOnly:
+      case CallMode::kRide:
+        SendOwnCall(batch, has_metadata, facts.caller_keys == 0);
+        return;
+      case CallMode::kHijack:
+      case CallMode::kFailFast:
+        HijackCall(batch, has_metadata);
+        return;
+    }
+  }
+
+  // kMetadataOnly and kRide: the application's own call carries attempt 1.
+  void SendOwnCall(InterceptorBatchMethods* batch, bool has_metadata,
+                   bool add_key) {
+    auto* md = batch->GetSendInitialMetadata();
+    // Read now, when the call starts, as gRPC reads it for its own call: a
+    // wall-clock step before the call ends changes nothing.
+    caller_deadline_ =
+        CallerDeadline(*info_->client_context(), factory_->clock());
+    if (mode_ == CallMode::kRide) {
+      // What a retry would need, kept cheaply: the call's state is built
+      // only if attempt 1 fails (RideFailed). Copied: the application's
+      // call sends the request too.
+      request_ = *batch->GetSerializedSendMessage();
+      ride_response_ = batch->GetRecvMessage();
+      if (has_metadata) {
+        md->erase(HeaderString<kIdempotencyKeyHeader>());
+        caller_metadata_.assign(md->begin(), md->end());
+      }
+      add_key = true;
+    } else if (factory_->give_up_hook()) {
+      request_ = *batch->GetSerializedSendMessage();
+    }
+    if (add_key) md->emplace(HeaderString<kIdempotencyKeyHeader>(), key_);
+    md->emplace(HeaderString<kAttemptHeader>(), "1");
+    SendingScope sending(info_->client_context());
+    batch->Proceed();
+  }
+
+  // kHijack and kFailFast: rpcguard owns the call's outcome.
+  void HijackCall(InterceptorBatchMethods* batch, bool has_metadata) {
+    auto* md = batch->GetSendInitialMetadata();
+    caller_deadline_ =
+        CallerDeadline(*info_->client_context(), factory_->clock());
+    auto call = NewHijackedCall();
+    HijackedCall::Setup& setup = call->setup();
+    setup.idempotency_key = std::move(key_);
+    if (has_metadata) {
+      md->erase(HeaderString<kIdempotencyKeyHeader>());
+      setup.metadata.assign(md->begin(), md->end());
+    }
+    setup.channel = batch->GetInterceptedChannel();
+    setup.rpc_method = &method_->RpcMethodFor(info_->channel());
+    // Taken, not copied: a hijacked call never sends its own message.
+    setup.request.Swap(batch->GetSerializedSendMessage());
+    bool cancelled;
+    {
+      internal::MutexLock lock(&mu_);
+      call_ = call;
+      cancelled = cancelled_;
+    }
+    call_for_batches_ = call.get();
+    if (mode_ == CallMode::kFailFast) {
+      call->FailBeforeStart(plan_.reject, plan_.reason);
+    } else if (cancelled) {
+      call->FailBeforeStart(grpc::Status(grpc::StatusCode::CANCELLED,
+                                         "call cancelled before it started"),
+                            GiveUpReason::kCancelled);
+    } else {
+      call->Start();
+    }
+    // Re-enters Intercept() with this batch's receive hooks, which park.
+    batch->Hijack();
+  }
+
+  // A HijackedCall for this call, with what the application's context says
+  // (its deadline as read when the call started: caller_deadline_).
+  std::shared_ptr<HijackedCall> NewHijackedCall() {
+    grpc::ClientContext* app = info_->client_context();
+    auto call = std::make_shared<HijackedCall>(
+        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
+        plan_.hedge);
+    HijackedCall::Setup& setup = call->setup();
+    setup.grpc_deadline = caller_deadline_.on_grpc;
+    setup.credentials = app->credentials();
+    setup.compression = app->compression_algorithm();
+    setup.caller = ReadCallerSettings(*app);
+    setup.app_context = app;
+    if (setup.caller.parent != nullptr) {
+      setup.core_channel = CoreChannel(info_->channel());
+    }
+    return call;
+  }
+
+  // Attempt 1 of a riding call (the application's own call) ended without
+  // a clean success in `batch`: from here rpcguard owns the outcome.
+  void RideFailed(InterceptorBatchMethods* batch) {
+    std::shared_ptr<HijackedCall> call = NewHijackedCall();
+    HijackedCall::Setup& setup = call->setup();
+    setup.idempotency_key = std::move(key_);
+    setup.metadata = std::move(caller_metadata_);
+    setup.request.Swap(&request_);
+    call->RideFirstAttempt(std::move(admission_), ride_response_);
+    admission_.reset();
+    bool cancelled;
+    {
+      internal::MutexLock lock(&mu_);
+      call_ = call;
+      cancelled = cancelled_;
+    }
+    // A cancel that came before call_ was set: the call must not retry.
+    if (cancelled) call->Cancel();
+    // Kept for a retry: rpcguard proceeds it, and `this` may be gone.
+    if (call->OnFirstAttemptDone(batch, info_->channel())) return;
+    batch->Proceed();
+  }
+
+  // A call sent once as the application's own call has ended: it is
+  // reported, and told to the destination, like any hijacked call's attempt.
+  void OnSentOnceStatus(InterceptorBatchMethods* batch) {
+    static const grpc::string_ref kOne("1");
+    batch->GetRecvTrailingMetadata()->emplace(
+        grpc::string_ref(kAttemptsTrailer), kOne);
+    grpc::Status* status = batch->GetRecvStatus();
+    const MethodState& method = *method_;
+    TraceEvent event;
+    event.kind = TraceEvent::Kind::kAttempt;
+    event.attempt = 1;
+    event.code = status->error_code();
+    AttemptOutcome outcome;
+    if (!status->ok()) {
+      AttemptEnd end;
+      end.code = status->error_code();
+      end.caller_cancelled = cancelled();
+      end.local_error = IsLocalError(end.code, status->error_message());
+      end.not_sent = !end.local_error &&
+                     IsNotSent(end.code, status->error_message()) &&
+                     info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
+      const Decision d =
+          DecideSentOnce(method.resolved.policy, plan_.may_repeat,
+                         caller_deadline_.on_clock, factory_->clock(), end);
+      outcome = d.outcome;
+      event.status_class = d.status_class;
+      event.decision = TraceDecision::kGiveUp;
+      // A call that may be repeated was sent once for a reason of the plan's.
+      event.reason = d.reason == GiveUpReason::kMaxAttempts &&
+                             plan_.reason != GiveUpReason::kNone
+                         ? plan_.reason
+                         : d.reason;
+      event.message = status->error_message();
+      event.call_id = factory_->random()->Next64();
+      // Say why a failure was not retried, as a hijacked call does.
+      *status = grpc::Status(
+          status->error_code(),
+          AnnotateMessage(status->error_message(), 1, event.reason),
+          status->error_details());
+    }
+    SettleAttempt(method.gates(), /*charge=*/std::nullopt, event.status_class,
+                  outcome, /*server_said_stop=*/false);
+    RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
+                     /*retrying=*/false);
+    admission_.reset();
+    factory_->Emit(method, event, [&](TraceEvent& e) {
+      e.time = factory_->clock()->WallNow();
+      if (e.call_id == 0) e.call_id = factory_->random()->Next64();
+      e.method = method.name;
+      e.idempotency_key = key_;
+      e.deadline_left =
+          caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
+      FactoryState::FillBreaker(method, e);
+    });
+    if (event.decision == TraceDecision::kGiveUp) {
+      factory_->ReportGiveUp(method, event, 1, key_, request_);
+    }
+  }
+
+  ClientRpcInfo* const info_;
+  const std::shared_ptr<const FactoryState> factory_;
+  // Written by the first batch before Hijack()/Proceed(); later batches of
+  // the same call are ordered after it by gRPC.
+  CallMode mode_ = CallMode::kPassThrough;
+  CallPlan plan_;
+  // The method's state, or, until its first call resolves it, its name.
+  const MethodState* method_ = nullptr;
+  std::string method_name_;
+  std::string key_;  // the call's idempotency key
+  // The caller's deadline on the monotonic clocks, read when the call
+  // starts (CallerDeadline), for every later decision.
+  CallDeadline caller_deadline_;
+  // kMetadataOnly, kRide: the breaker's admission of attempt 1.
+  std::optional<Admission> admission_;
+  // kRide: the request (also kMetadataOnly, for a give-up hook), the
+  // application's response object and the caller's metadata.
+  grpc::ByteBuffer request_;
+  void* ride_response_ = nullptr;
+  Metadata caller_metadata_;
+  // kHijack, kFailFast: the call that parks this call's batches.
+  HijackedCall* call_for_batches_ = nullptr;
+
+  // A cancel may come on any thread, before or during the first batch.
+  internal::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<HijackedCall> call_ ABSL_GUARDED_BY(mu_);
+};
+
+class RetryInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit RetryInterceptorFactory(std::shared_ptr<const FactoryState> state)
+      : state_(std::move(state)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      ClientRpcInfo* info) override {
+    return new RetryInterceptor(info, state_);
+  }
+
+ private:
+  // Shared with every interceptor, so calls in flight outlive the factory.
+  std::shared_ptr<const FactoryState> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+NewRetryInterceptorFactory(std::shared_ptr<const FactoryState> state) {
+  return std::make_unique<RetryInterceptorFactory>(std::move(state));
+}
+
+}  // namespace internal
+}  // namespace rpcguard

@@ -1,0 +1,112 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/grpc_1_51/context.h"
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <string>
+
+#include "rpcguard/internal/grpc_1_51/grpc_version.h"
+
+namespace rpcguard {
+namespace internal {
+
+bool ContextAccessKnowsThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
+
+#if RPCGUARD_GRPC_1_51
+namespace {
+
+// A pointer to a private member, handed out through a friend function that
+// the explicit instantiation of Expose defines: `Tag` declares it, so
+// argument-dependent lookup finds it as Get(Tag()).
+template <typename Tag, typename Tag::type kMember>
+struct Expose {
+  friend typename Tag::type Get(Tag) { return kMember; }
+};
+
+#define RPCGUARD_PRIVATE_MEMBER(TagName, Class, Type, member) \
+  struct TagName {                                            \
+    using type = Type Class::*;                               \
+    friend type Get(TagName);                                 \
+  };                                                          \
+  template struct Expose<TagName, &Class::member>
+
+RPCGUARD_PRIVATE_MEMBER(Authority, grpc::ClientContext, std::string,
+                        authority_);
+RPCGUARD_PRIVATE_MEMBER(WaitForReady, grpc::ClientContext, bool,
+                        wait_for_ready_);
+RPCGUARD_PRIVATE_MEMBER(WaitForReadySet, grpc::ClientContext, bool,
+                        wait_for_ready_explicitly_set_);
+RPCGUARD_PRIVATE_MEMBER(PropagateFrom, grpc::ClientContext, grpc_call*,
+                        propagate_from_call_);
+RPCGUARD_PRIVATE_MEMBER(Propagation, grpc::ClientContext,
+                        grpc::PropagationOptions, propagation_options_);
+RPCGUARD_PRIVATE_MEMBER(AuthContext, grpc::ClientContext,
+                        std::shared_ptr<const grpc::AuthContext>,
+                        auth_context_);
+RPCGUARD_PRIVATE_MEMBER(DebugErrorString, grpc::ClientContext, std::string,
+                        debug_error_string_);
+RPCGUARD_PRIVATE_MEMBER(CChannel, grpc::Channel, grpc_channel* const,
+                        c_channel_);
+
+#undef RPCGUARD_PRIVATE_MEMBER
+
+}  // namespace
+#endif  // RPCGUARD_GRPC_1_51
+
+CallerSettings ReadCallerSettings(const grpc::ClientContext& caller) {
+  CallerSettings s;
+  s.census = caller.census_context();
+#if RPCGUARD_GRPC_1_51
+  s.authority = caller.*Get(Authority());
+  if (caller.*Get(WaitForReadySet()))
+    s.wait_for_ready = caller.*Get(WaitForReady());
+  s.parent = caller.*Get(PropagateFrom());
+  s.propagation = caller.*Get(Propagation());
+#endif
+  return s;
+}
+
+void ApplyCallerSettings(const CallerSettings& settings,
+                         grpc::ClientContext* attempt) {
+  if (!settings.authority.empty()) attempt->set_authority(settings.authority);
+  if (settings.wait_for_ready) {
+    attempt->set_wait_for_ready(*settings.wait_for_ready);
+  }
+  if (settings.census != nullptr) {
+    attempt->set_census_context(settings.census);
+  }
+#if RPCGUARD_GRPC_1_51
+  if (settings.parent != nullptr) {
+    attempt->*Get(PropagateFrom()) = settings.parent;
+    attempt->*Get(Propagation()) = settings.propagation;
+  }
+#endif
+}
+
+void DescribeFinalAttempt(const grpc::ClientContext& attempt,
+                          grpc::ClientContext* caller) {
+#if RPCGUARD_GRPC_1_51
+  // auth_context() returns the member once set; the caller's own call never
+  // connected, so it has nothing better.
+  caller->*Get(AuthContext()) = attempt.auth_context();
+  caller->*Get(DebugErrorString()) = attempt.debug_error_string();
+#else
+  (void)attempt;
+  (void)caller;
+#endif
+}
+
+grpc_channel* CoreChannel(grpc::ChannelInterface* channel) {
+#if RPCGUARD_GRPC_1_51
+  auto* c = dynamic_cast<grpc::Channel*>(channel);
+  return c == nullptr ? nullptr : c->*Get(CChannel());
+#else
+  (void)channel;
+  return nullptr;
+#endif
+}
+
+}  // namespace internal
+}  // namespace rpcguard
