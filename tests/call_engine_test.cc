@@ -55,7 +55,8 @@ class FakeIo final : public CallIo {
     }
   }
   void Cancel(const std::shared_ptr<void>& context) override {
-    if (context != nullptr) cancelled.push_back(*static_cast<int*>(context.get()));
+    if (context != nullptr)
+      cancelled.push_back(*static_cast<int*>(context.get()));
   }
   void Release(std::shared_ptr<EngineAttempt> attempt) override {
     released.push_back(attempt->number);
@@ -198,7 +199,7 @@ TEST_F(CallEngineTest, ARetriableFailureWaitsOutItsBackoffThenRetries) {
   ASSERT_EQ(backoff.size(), 1u);
   EXPECT_LE(io_.timers[backoff[0]].when,
             clock_.MonotonicNow() + absl::Milliseconds(100));
-  EXPECT_EQ(io_.sent.size(), 1u);  // nothing before the timer
+  EXPECT_EQ(io_.sent.size(), 1u);    // nothing before the timer
   EXPECT_EQ(io_.parent_watches, 1);  // nothing in flight carries the parent
   Fire(backoff[0]);
   ASSERT_EQ(io_.sent.size(), 2u);
@@ -248,7 +249,7 @@ TEST_F(CallEngineTest, ACancelDuringTheBackoffEndsTheCallAndTheTimerLater) {
   End(1, grpc::StatusCode::UNAVAILABLE);
   const size_t backoff = io_.Active(TimerKind::kNext).at(0);
   engine_->Cancel();
-  engine_->Cancel();  // any number of times
+  engine_->Cancel();            // any number of times
   EXPECT_EQ(io_.concluded, 0);  // deferred: Cancel may run under gRPC's lock
   const std::vector<size_t> cancel = io_.Active(TimerKind::kCancel);
   ASSERT_EQ(cancel.size(), 1u);

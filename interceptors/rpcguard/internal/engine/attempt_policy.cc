@@ -7,7 +7,8 @@ namespace internal {
 
 PolicyStep RetryAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
                                             absl::BitGenRef gen) {
-  const Decision raw = controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
+  const Decision raw =
+      controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
   const RetryCharge charge = RetryChargeFor(raw.outcome, facts.server_pushback);
   // The destination's veto comes after the call's own checks (retry_gate.h).
   const Decision d = GateRetry(raw, facts.throttle_allows, gates_, charge);
@@ -95,7 +96,8 @@ PolicyStep HedgeAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
   // A failure the call goes on from: the final copy's result speaks for it.
   step.retrying = true;
   step.send = s.send;
-  if (s.send) step.replaces = RetryChargeFor(facts.outcome, facts.server_pushback);
+  if (s.send)
+    step.replaces = RetryChargeFor(facts.outcome, facts.server_pushback);
   step.timer = s.next_timer;
   if (!s.send && s.next_timer != absl::InfiniteFuture()) {
     step.trace_backoff = s.next_timer - clock_->MonotonicNow();

@@ -27,9 +27,9 @@
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/decision/retry_controller.h"
-#include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/decision/status_class.h"
+#include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/observability/trace.h"
 
 namespace rpcguard {

@@ -41,7 +41,8 @@ CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
       policy_(method.resolved.policy),
       call_id_(call_id),
       hedging_(hedging && method.resolved.policy.hedging.has_value()),
-      controller_(policy_, may_repeat, deadline, factory.clock()) {
+      controller_(policy_, may_repeat, deadline, factory.clock()),
+      deadline_(controller_.deadline()) {
   if (factory_.refresher()) controller_.EnableAuthRefresh();
   internal::MutexLock lock(&mu_);
   if (hedging_) {
@@ -104,21 +105,22 @@ const FinalOutcome* CallEngine::Park(Batches::value_type batch) {
 
 void CallEngine::SendAttempt(SendKind kind,
                              std::optional<RetryCharge> replaces) {
-  int number;
-  bool cancelled;
-  absl::Duration remaining;
-  RetryCharge charge;
+  int number = 1;
+  bool cancelled = false;
+  RetryCharge charge = RetryCharge::kUpFront;
   std::optional<Admission> deferred;
-  {
+  if (kind == SendKind::kNext) {
     internal::MutexLock lock(&mu_);
     if (done_) return;
-    number = kind == SendKind::kFirst ? 1 : policy_impl_->NextNumber();
+    number = policy_impl_->NextNumber();
     cancelled = cancelled_;
-    remaining = controller_.Remaining();
     charge = next_charge_;
     deferred = std::move(deferred_failure_);
     deferred_failure_.reset();
   }
+  // Attempt 1 reads nothing under the lock: the second look below sees a
+  // cancel or an end that came meanwhile.
+  const absl::Duration remaining = deadline_ - Now();
   // Which budget pays: a hedge (a copy beside those in flight) is extra
   // load, paid by the hedge budget; a copy that replaces a failure is a
   // retry in all but name, paid by the retry budget as `replaces` says.
@@ -133,7 +135,8 @@ void CallEngine::SendAttempt(SendKind kind,
     }
   }
   // Outside mu_: the breaker may call transition listeners.
-  AttemptStart start = BeforeAttempt(number, cancelled, remaining, gates, charge);
+  AttemptStart start =
+      BeforeAttempt(number, cancelled, remaining, gates, charge);
   // A hedge budget's grant is paid up front; there is nothing to settle.
   if (hedge && !replaces.has_value()) start.charge.reset();
   if (start.refused == GiveUpReason::kNone && hedging_ &&
@@ -589,8 +592,8 @@ void CallEngine::EndRefresh(absl::StatusOr<RefreshedCredentials> result,
                                     " (rpcguard: credential refresh failed: ",
                                     result.status().message(), ")"),
                        last_status_.error_details()),
-          GiveUpReason::kAuth, last_attempt_.get(),
-          TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+          GiveUpReason::kAuth, last_attempt_.get(), TraceEvent::Kind::kFailFast,
+          StatusClass::kFatal, a);
     } else {
       refreshed_ = *std::move(result);
       a.send = true;

@@ -64,11 +64,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/retry_controller.h"
-#include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/engine/attempt_policy.h"
+#include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
-#include "rpcguard/internal/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -195,8 +195,7 @@ class CallEngine {
   // application's call that waits for the outcome, parked if the call goes
   // on. Returns whether it was parked (false: the call is decided, or was).
   bool OnAttemptDone(EngineAttempt* attempt, const AttemptReport& report,
-                     Batches::value_type hold)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                     Batches::value_type hold) ABSL_LOCKS_EXCLUDED(mu_);
   // A timer of kind `kind` fired.
   void OnTimer(TimerKind kind) ABSL_LOCKS_EXCLUDED(mu_);
   // The refresher answered.
@@ -294,6 +293,9 @@ class CallEngine {
 
   mutable internal::Mutex mu_;
   RetryController controller_ ABSL_GUARDED_BY(mu_);
+  // The call's deadline (the controller's, fixed once it is built), read
+  // without the lock.
+  const absl::Time deadline_;
   // The policy: one of the two below, chosen at construction.
   std::optional<RetryAttemptPolicy> retry_ ABSL_GUARDED_BY(mu_);
   std::optional<HedgeAttemptPolicy> hedge_ ABSL_GUARDED_BY(mu_);

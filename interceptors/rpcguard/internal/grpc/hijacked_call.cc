@@ -281,8 +281,7 @@ void HijackedCall::PrepareContext(
   }
   ctx.AddMetadata(HeaderString<kIdempotencyKeyHeader>(),
                   setup_.idempotency_key);
-  ctx.AddMetadata(HeaderString<kAttemptHeader>(),
-                  absl::StrCat(attempt.number));
+  ctx.AddMetadata(HeaderString<kAttemptHeader>(), absl::StrCat(attempt.number));
 }
 
 void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
@@ -300,16 +299,19 @@ void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
 void HijackedCall::Conclude(const FinalOutcome& outcome,
                             const TraceEvent& terminal,
                             const Batches& batches) {
-  std::shared_ptr<ParentWatch> watch;
-  {
-    internal::MutexLock lock(&mu_);
-    concluded_ = true;
-    watch = std::move(parent_watch_);
+  // Without a parent call nothing was watched (WatchParent).
+  if (setup_.caller.parent != nullptr) {
+    std::shared_ptr<ParentWatch> watch;
+    {
+      internal::MutexLock lock(&mu_);
+      concluded_ = true;
+      watch = std::move(parent_watch_);
+    }
+    if (watch != nullptr) watch->Stop();
   }
-  if (watch != nullptr) watch->Stop();
   if (terminal.decision == TraceDecision::kGiveUp) {
-    factory_->ReportGiveUp(method_, terminal, outcome.attempts, setup_.idempotency_key,
-                           setup_.request);
+    factory_->ReportGiveUp(method_, terminal, outcome.attempts,
+                           setup_.idempotency_key, setup_.request);
   }
   ServeBatches(batches, outcome, method_.name, response_object_);
 }

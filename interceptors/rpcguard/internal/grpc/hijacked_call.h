@@ -43,12 +43,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/grpc/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
-#include "rpcguard/internal/grpc_1_51/context.h"
-#include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
 
 namespace rpcguard {
 namespace internal {
