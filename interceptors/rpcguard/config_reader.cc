@@ -25,9 +25,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "rpcguard/internal/base/json.h"
 #include "rpcguard/json_fields.h"    // private to :config
 #include "rpcguard/policy_fields.h"  // private to :config
-#include "rpcguard/internal/base/json.h"
 
 namespace rpcguard {
 namespace {

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "proto/rpcguard/v1/options.pb.h"
 #include "rpcguard/json_fields.h"    // private to :config
 #include "rpcguard/policy_fields.h"  // private to :config
-#include "proto/rpcguard/v1/options.pb.h"
 
 namespace rpcguard {
 absl::StatusOr<ProtoPolicies> ReadProtoPolicies(

@@ -172,11 +172,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           response == nullptr || IsProtobufMessage(response);
     }
     // The hedging policy's source: the method's own entry, or not.
-    facts.hedging_for_method =
-        method.resolved.sources[kFieldIndexHedging] ==
-            PolicySource::kConfigMethod ||
-        method.resolved.sources[kFieldIndexHedging] ==
-            PolicySource::kProtoMethod;
+    facts.hedging_for_method = method.resolved.sources[kFieldIndexHedging] ==
+                                   PolicySource::kConfigMethod ||
+                               method.resolved.sources[kFieldIndexHedging] ==
+                                   PolicySource::kProtoMethod;
     plan_ = PlanCall(policy, facts);
 
     if (plan_.mode == CallMode::kMetadataOnly ||
@@ -278,9 +277,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // (its deadline as read when the call started: caller_deadline_).
   std::shared_ptr<HijackedCall> NewHijackedCall() {
     grpc::ClientContext* app = info_->client_context();
-    auto call = std::make_shared<HijackedCall>(
-        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
-        plan_.hedge);
+    auto call = std::make_shared<HijackedCall>(factory_, *method_,
+                                               caller_deadline_.on_clock,
+                                               plan_.may_repeat, plan_.hedge);
     HijackedCall::Setup& setup = call->setup();
     setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();
