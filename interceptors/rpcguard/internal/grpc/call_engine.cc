@@ -209,8 +209,9 @@ void CallEngine::SendAttempt(SendKind kind,
     internal::MutexLock lock(&mu_);
     // The call was decided, or cancelled, while this attempt was started.
     attempt->sending = false;
-    cancel_now = cancelled_ || done_;
-    if (done_ && !cancelled_) attempt->loser = true;
+    // (An attempt that ended already, deciding the call itself, is not.)
+    cancel_now = !attempt->ended && (cancelled_ || done_);
+    if (cancel_now && !cancelled_) attempt->loser = true;
     if (--sending_ == 0) ending.swap(deferred_ending_);
   }
   if (cancel_now) io_->Cancel(context);
@@ -292,6 +293,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     if (it == attempts_.end()) return false;  // not this call's: cannot be
     attempt = std::move(*it);
     attempts_.erase(it);
+    attempt->ended = true;
     if (attempts_.empty()) self = std::move(in_flight_);
     facts.end.caller_cancelled = cancelled_;
     facts.cancelled = cancelled_;
@@ -700,7 +702,9 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
 
 void CallEngine::Conclude(const Ending& ending) {
   const FinalOutcome& outcome = *ending.outcome;
-  TraceEvent e = outcome.terminal;
+  // Written in place, not copied: the call concludes once, and batch fills
+  // never read the terminal event.
+  TraceEvent& e = final_.terminal;
   Trace(e, nullptr);
   io_->Conclude(outcome, e, ending.batches);
 }

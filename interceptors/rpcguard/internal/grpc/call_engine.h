@@ -92,6 +92,8 @@ struct EngineAttempt {
   // CallIo::Send has not returned: not yet cancellable; SendAttempt
   // cancels it once sent if the call was decided or cancelled meanwhile.
   bool sending = false;
+  // Its end has come back (OnAttemptDone): nothing to cancel.
+  bool ended = false;
   // Cancelled by rpcguard because another attempt decided the call: its
   // end says nothing of the server.
   bool loser = false;

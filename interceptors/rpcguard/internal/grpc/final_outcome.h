@@ -37,7 +37,9 @@ struct FinalOutcome {
   Metadata trailing_metadata;
   std::string attempts_text;  // the rpcguard-attempts trailer
   int attempts = 0;
-  TraceEvent terminal;  // without time, call id and strings
+  // The terminal trace event; its time, call id and strings are written
+  // once, when the call concludes (batch fills never read it).
+  TraceEvent terminal;
 };
 
 // Copies a gRPC metadata map into strings that outlive the attempt.
