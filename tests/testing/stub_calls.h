@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -49,29 +50,60 @@ class PendingCall {
   virtual grpc::Status Wait() = 0;
 };
 
+// How to start each Method through each stub API: one row per Method, so
+// that a new test method is an enum value and a row, not an edit of every
+// call class. Member pointers keep the choice of the stub's function here
+// and the call classes below free of any Method.
+struct MethodRow {
+  using Sync = grpc::Status (FaultService::Stub::*)(grpc::ClientContext*,
+                                                    const FaultRequest&,
+                                                    FaultReply*);
+  using Async = std::unique_ptr<grpc::ClientAsyncResponseReader<FaultReply>> (
+      FaultService::Stub::*)(grpc::ClientContext*, const FaultRequest&,
+                             grpc::CompletionQueue*);
+  using Callback = void (FaultService::Stub::async::*)(
+      grpc::ClientContext*, const FaultRequest*, FaultReply*,
+      std::function<void(grpc::Status)>);
+  using Reactor = void (FaultService::Stub::async::*)(
+      grpc::ClientContext*, const FaultRequest*, FaultReply*,
+      grpc::ClientUnaryReactor*);
+
+  Method method;
+  Sync sync;
+  Async async;
+  // The callback API's two overloads of one name: with a function...
+  Callback callback;
+  // ... and with a reactor.
+  Reactor reactor;
+};
+
+// Rows in the order of Method, so that a Method indexes its row.
+inline const MethodRow& RowOf(Method m) {
+  using Stub = FaultService::Stub;
+  static const MethodRow kRows[] = {
+      {Method::kGet, &Stub::Get, &Stub::AsyncGet, &Stub::async::Get,
+       &Stub::async::Get},
+      {Method::kPut, &Stub::Put, &Stub::AsyncPut, &Stub::async::Put,
+       &Stub::async::Put},
+      {Method::kCharge, &Stub::Charge, &Stub::AsyncCharge, &Stub::async::Charge,
+       &Stub::async::Charge},
+      {Method::kCreate, &Stub::Create, &Stub::AsyncCreate, &Stub::async::Create,
+       &Stub::async::Create},
+      {Method::kHedgedCharge, &Stub::HedgedCharge, &Stub::AsyncHedgedCharge,
+       &Stub::async::HedgedCharge, &Stub::async::HedgedCharge},
+  };
+  const MethodRow& row = kRows[static_cast<int>(m)];
+  // A row out of order would silently call another method.
+  EXPECT_EQ(row.method, m) << "stub_calls.h: rows out of Method's order";
+  return row;
+}
+
 class SyncCall final : public PendingCall {
  public:
   SyncCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
            const FaultRequest& req, FaultReply* reply) {
-    thread_ = std::thread([=] {
-      switch (m) {
-        case Method::kGet:
-          status_ = stub->Get(ctx, req, reply);
-          break;
-        case Method::kPut:
-          status_ = stub->Put(ctx, req, reply);
-          break;
-        case Method::kCharge:
-          status_ = stub->Charge(ctx, req, reply);
-          break;
-        case Method::kCreate:
-          status_ = stub->Create(ctx, req, reply);
-          break;
-        case Method::kHedgedCharge:
-          status_ = stub->HedgedCharge(ctx, req, reply);
-          break;
-      }
-    });
+    const MethodRow::Sync call = RowOf(m).sync;
+    thread_ = std::thread([=] { status_ = (stub->*call)(ctx, req, reply); });
   }
   grpc::Status Wait() override {
     if (thread_.joinable()) thread_.join();
@@ -87,23 +119,7 @@ class AsyncCall final : public PendingCall {
  public:
   AsyncCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
             const FaultRequest& req, FaultReply* reply) {
-    switch (m) {
-      case Method::kGet:
-        rpc_ = stub->AsyncGet(ctx, req, &cq_);
-        break;
-      case Method::kPut:
-        rpc_ = stub->AsyncPut(ctx, req, &cq_);
-        break;
-      case Method::kCharge:
-        rpc_ = stub->AsyncCharge(ctx, req, &cq_);
-        break;
-      case Method::kCreate:
-        rpc_ = stub->AsyncCreate(ctx, req, &cq_);
-        break;
-      case Method::kHedgedCharge:
-        rpc_ = stub->AsyncHedgedCharge(ctx, req, &cq_);
-        break;
-    }
+    rpc_ = (stub->*RowOf(m).async)(ctx, req, &cq_);
     rpc_->Finish(reply, &status_, this);
   }
   grpc::Status Wait() override {
@@ -128,28 +144,11 @@ class CallbackCall final : public PendingCall {
   CallbackCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
                const FaultRequest& req, FaultReply* reply)
       : req_(req) {
-    auto done = [this](grpc::Status s) {
-      status_ = std::move(s);
-      done_.Notify();
-    };
-    auto* async = stub->async();
-    switch (m) {
-      case Method::kGet:
-        async->Get(ctx, &req_, reply, done);
-        break;
-      case Method::kPut:
-        async->Put(ctx, &req_, reply, done);
-        break;
-      case Method::kCharge:
-        async->Charge(ctx, &req_, reply, done);
-        break;
-      case Method::kCreate:
-        async->Create(ctx, &req_, reply, done);
-        break;
-      case Method::kHedgedCharge:
-        async->HedgedCharge(ctx, &req_, reply, done);
-        break;
-    }
+    (stub->async()->*RowOf(m).callback)(ctx, &req_, reply,
+                                        [this](grpc::Status s) {
+                                          status_ = std::move(s);
+                                          done_.Notify();
+                                        });
   }
   grpc::Status Wait() override {
     done_.WaitForNotification();
@@ -168,24 +167,7 @@ class ReactorCall final : public PendingCall, public grpc::ClientUnaryReactor {
   ReactorCall(FaultService::Stub* stub, Method m, grpc::ClientContext* ctx,
               const FaultRequest& req, FaultReply* reply)
       : req_(req) {
-    auto* async = stub->async();
-    switch (m) {
-      case Method::kGet:
-        async->Get(ctx, &req_, reply, this);
-        break;
-      case Method::kPut:
-        async->Put(ctx, &req_, reply, this);
-        break;
-      case Method::kCharge:
-        async->Charge(ctx, &req_, reply, this);
-        break;
-      case Method::kCreate:
-        async->Create(ctx, &req_, reply, this);
-        break;
-      case Method::kHedgedCharge:
-        async->HedgedCharge(ctx, &req_, reply, this);
-        break;
-    }
+    (stub->async()->*RowOf(m).reactor)(ctx, &req_, reply, this);
     StartCall();
   }
   void OnDone(const grpc::Status& s) override {

@@ -19,11 +19,13 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
@@ -55,11 +57,11 @@ class DecisionE2ETest : public ::testing::TestWithParam<StubKind> {
   void SetUp() override { Connect(*Config::FromJson(kConfig)); }
 
   void Connect(Config config) {
-    Options options;
-    options.config = std::move(config);
-    options.breaker_registry = registry_;
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
+    auto channel =
+        CreateGuardedChannel(server_.address(), "{}", [&](Options& options) {
+          options.config = std::move(config);
+          options.breaker_registry = registry_;
+        });
     ASSERT_TRUE(channel.ok()) << channel.status();
     stub_ = FaultService::NewStub(*channel);
   }
@@ -211,12 +213,9 @@ TEST_P(DecisionE2ETest, FailedCallLeavesNoMessageInTheReply) {
   builder.RegisterCallbackGenericService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   ASSERT_NE(port, 0);
-  Options options;
-  options.config = *Config::FromJson(kFastRetries);
-  options.breaker_registry = registry_;
-  auto stub = FaultService::NewStub(
-      *CreateChannel(absl::StrCat("127.0.0.1:", port),
-                     grpc::InsecureChannelCredentials(), options));
+  auto stub = FaultService::NewStub(*CreateGuardedChannel(
+      absl::StrCat("127.0.0.1:", port), kFastRetries,
+      [&](Options& options) { options.breaker_registry = registry_; }));
   FaultRequest req;
   req.set_op_id("message-then-unavailable");
   FaultReply reply;

@@ -17,10 +17,12 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
@@ -42,13 +44,12 @@ constexpr char kBreakerConfig[] = R"json({
 class BreakerE2ETest : public ::testing::Test {
  protected:
   std::unique_ptr<FaultService::Stub> Stub(const std::string& json) {
-    Options options;
-    options.config = *Config::FromJson(json);
-    options.breaker_registry = registry_;
-    options.trace_sink = sink_;  // one logger for the app, as usual
-    options.stats = stats_;
-    return FaultService::NewStub(*CreateChannel(
-        server_.address(), grpc::InsecureChannelCredentials(), options));
+    return FaultService::NewStub(
+        *CreateGuardedChannel(server_.address(), json, [&](Options& options) {
+          options.breaker_registry = registry_;
+          options.trace_sink = sink_;  // one logger for the app, as usual
+          options.stats = stats_;
+        }));
   }
 
   grpc::Status Get(FaultService::Stub* stub, const std::string& op) {

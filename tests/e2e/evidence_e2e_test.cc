@@ -33,11 +33,13 @@
 #include "rpcguard/rpcguard.h"
 #include "tests/chaos/server_process.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/sanitizers.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::RunfilesPath;
 using ::rpcguard::testing::ServerProcess;
@@ -130,17 +132,18 @@ class EvidenceE2ETest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> Channel(const std::string& config_json = "{}",
                                          std::string target = "",
                                          grpc::ChannelArguments args = {}) {
-    Options o;
-    auto config = Config::FromJson(config_json);
-    EXPECT_TRUE(config.ok()) << config.status();
-    o.config = *config;
-    o.breaker_registry = registry_;
-    o.trace_sink = sink_;
-    o.trace_verbosity = TraceVerbosity::kAll;
-    o.stats = stats_;
     if (target.empty()) target = server_.address();
-    return *CreateChannel(target, grpc::InsecureChannelCredentials(),
-                          std::move(o), std::move(args));
+    auto channel = CreateGuardedChannel(
+        target, config_json,
+        [&](Options& o) {
+          o.breaker_registry = registry_;
+          o.trace_sink = sink_;
+          o.trace_verbosity = TraceVerbosity::kAll;
+          o.stats = stats_;
+        },
+        std::move(args));
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return *channel;
   }
 
   std::shared_ptr<CircuitBreaker> Breaker() {

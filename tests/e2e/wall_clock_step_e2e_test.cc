@@ -36,11 +36,13 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/wall_clock_stepper.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::StepWallClockTo;
 using ::rpcguard::testing::v1::FaultReply;
@@ -132,14 +134,10 @@ class WallClockStepTest : public ::testing::Test {
     const std::string json =
         absl::StrCat(R"({"methodConfig": [{"name": [{}], )", method_config,
                      "}], ", top, "}");
-    absl::StatusOr<Config> config = Config::FromJson(json);
-    EXPECT_TRUE(config.ok()) << config.status() << "\n" << json;
-    Options options;
-    options.config = *config;
-    options.breaker_registry = registry_;
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
-    EXPECT_TRUE(channel.ok()) << channel.status();
+    auto channel = CreateGuardedChannel(
+        server_.address(), json,
+        [this](Options& options) { options.breaker_registry = registry_; });
+    EXPECT_TRUE(channel.ok()) << channel.status() << "\n" << json;
     return FaultService::NewStub(*channel);
   }
 

@@ -25,10 +25,12 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/chaos/server_process.h"
+#include "tests/testing/guarded_channel.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::RunfilesPath;
 using ::rpcguard::testing::ServerProcess;
 using ::rpcguard::testing::v1::FaultReply;
@@ -51,14 +53,11 @@ class HedgedDeadlineTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_TRUE(server_.Start(0).ok());
-    absl::StatusOr<Config> config = Config::FromJson(kConfig);
-    ASSERT_TRUE(config.ok()) << config.status();
-    Options options;
-    options.config = *config;
-    options.breaker_registry = *BreakerRegistry::Create({});
-    options.trace_verbosity = TraceVerbosity::kOff;
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
+    auto channel =
+        CreateGuardedChannel(server_.address(), kConfig, [](Options& options) {
+          options.breaker_registry = *BreakerRegistry::Create({});
+          options.trace_verbosity = TraceVerbosity::kOff;
+        });
     ASSERT_TRUE(channel.ok()) << channel.status();
     ASSERT_TRUE((*channel)->WaitForConnected(std::chrono::system_clock::now() +
                                              std::chrono::seconds(5)));

@@ -6,7 +6,7 @@
 // tests are meant to break loudly when gRPC changes: re-check each member's
 // meaning in the new version's client_context.h and channel_cc.cc, then
 // extend the version gate. What the members do for a call end to end is in
-// tests/caller_context_e2e_test.cc. Built without the fast paths
+// tests/e2e/caller_context_e2e_test.cc. Built without the fast paths
 // (--config=no_grpc_fast_paths, as on another gRPC), the same tests check
 // the fallback: only the public API, so nothing hidden is read or written.
 

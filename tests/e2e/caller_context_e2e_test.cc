@@ -31,11 +31,13 @@
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
@@ -80,13 +82,11 @@ const bool kFastPaths = internal::ContextAccessKnowsThisGrpc();
 
 std::shared_ptr<grpc::Channel> GuardedChannel(
     const std::string& target, std::shared_ptr<TraceSink> sink = nullptr) {
-  Options options;
-  options.config = *Config::FromJson(kConfig);
-  options.trace_verbosity =
-      sink == nullptr ? TraceVerbosity::kOff : TraceVerbosity::kAll;
-  options.trace_sink = std::move(sink);
-  auto channel =
-      CreateChannel(target, grpc::InsecureChannelCredentials(), options);
+  auto channel = CreateGuardedChannel(target, kConfig, [&](Options& options) {
+    options.trace_verbosity =
+        sink == nullptr ? TraceVerbosity::kOff : TraceVerbosity::kAll;
+    options.trace_sink = std::move(sink);
+  });
   EXPECT_TRUE(channel.ok()) << channel.status();
   return channel.ok() ? *channel : nullptr;
 }

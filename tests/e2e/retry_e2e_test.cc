@@ -26,11 +26,13 @@
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
@@ -91,15 +93,12 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
 
   void UseConfig(const std::string& json,
                  CredentialRefresher refresher = nullptr) {
-    absl::StatusOr<Config> config = Config::FromJson(json);
-    ASSERT_TRUE(config.ok()) << config.status();
-    Options options;
-    options.config = *config;
-    options.credential_refresher = std::move(refresher);
-    // A registry of this test's own: breakers and budgets start fresh.
-    options.breaker_registry = *BreakerRegistry::Create({});
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
+    auto channel =
+        CreateGuardedChannel(server_.address(), json, [&](Options& options) {
+          options.credential_refresher = std::move(refresher);
+          // A registry of this test's own: breakers and budgets start fresh.
+          options.breaker_registry = *BreakerRegistry::Create({});
+        });
     ASSERT_TRUE(channel.ok()) << channel.status();
     channel_ = *channel;
     stub_ = FaultService::NewStub(channel_);
@@ -714,11 +713,9 @@ class RetryE2EOtherTest : public ::testing::Test {
  protected:
   std::shared_ptr<grpc::Channel> MakeChannel(
       const std::string& json = kDefaultConfig) {
-    Options options;
-    options.config = *Config::FromJson(json);
-    options.breaker_registry = *BreakerRegistry::Create({});
-    return *CreateChannel(server_.address(), grpc::InsecureChannelCredentials(),
-                          options);
+    return *CreateGuardedChannel(server_.address(), json, [](Options& options) {
+      options.breaker_registry = *BreakerRegistry::Create({});
+    });
   }
   FaultServer server_;
 };

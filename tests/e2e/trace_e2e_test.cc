@@ -20,11 +20,13 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tools/trace_reader.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
@@ -39,22 +41,21 @@ constexpr char kConfig[] = R"json({"methodConfig": [
 class TraceE2ETest : public ::testing::Test {
  protected:
   void Open(TraceVerbosity verbosity) {
-    Options options;
-    options.config = *Config::FromJson(kConfig);
-    options.trace_verbosity = verbosity;
-    options.trace_sink =
-        std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-          absl::MutexLock lock(&mu_);
-          events_.push_back(e);
-          lines_ += FormatLogfmt(e);
-        });
-    options.stats = stats_;
-    options.give_up_hook = [this](const GiveUpInfo& info) {
-      absl::MutexLock lock(&mu_);
-      give_ups_.push_back(info);
-    };
-    stub_ = FaultService::NewStub(*CreateChannel(
-        server_.address(), grpc::InsecureChannelCredentials(), options));
+    stub_ = FaultService::NewStub(*CreateGuardedChannel(
+        server_.address(), kConfig, [&](Options& options) {
+          options.trace_verbosity = verbosity;
+          options.trace_sink =
+              std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+                absl::MutexLock lock(&mu_);
+                events_.push_back(e);
+                lines_ += FormatLogfmt(e);
+              });
+          options.stats = stats_;
+          options.give_up_hook = [this](const GiveUpInfo& info) {
+            absl::MutexLock lock(&mu_);
+            give_ups_.push_back(info);
+          };
+        }));
   }
 
   std::vector<TraceEvent> Events() {
@@ -215,20 +216,20 @@ TEST_F(TraceE2ETest, AServerDelayThatCannotFitGivesUpAsDeadline) {
 }
 
 TEST_F(TraceE2ETest, CancelDuringBackoffIsAFailFast) {
-  Options options;
-  options.config = *Config::FromJson(R"json({"methodConfig": [{"name": [{}],
+  auto stub = FaultService::NewStub(*CreateGuardedChannel(
+      server_.address(), R"json({"methodConfig": [{"name": [{}],
       "retryPolicy": {"maxAttempts": 3, "initialBackoff": "1s",
                       "maxBackoff": "1s", "backoffMultiplier": 2,
                       "retryableStatusCodes": ["UNAVAILABLE"]},
-      "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
-  options.trace_sink =
-      std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-        absl::MutexLock lock(&mu_);
-        events_.push_back(e);
-      });
-  options.stats = stats_;
-  auto stub = FaultService::NewStub(*CreateChannel(
-      server_.address(), grpc::InsecureChannelCredentials(), options));
+      "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json",
+      [this](Options& options) {
+        options.trace_sink =
+            std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+              absl::MutexLock lock(&mu_);
+              events_.push_back(e);
+            });
+        options.stats = stats_;
+      }));
   FaultRequest req;
   req.set_op_id("cancel-traced");
   req.set_fail_first(1);
@@ -252,23 +253,22 @@ TEST_F(TraceE2ETest, CancelDuringBackoffIsAFailFast) {
 // attempts, its key and its request, and the call id of its trace line.
 TEST_F(TraceE2ETest, FailFastReachesTheHookWithNoAttempts) {
   auto registry = *BreakerRegistry::Create({});
-  Options options;
-  options.config = *Config::FromJson(kConfig);
-  options.breaker_registry = registry;
-  options.trace_verbosity = TraceVerbosity::kGiveUps;
-  options.trace_sink =
-      std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-        absl::MutexLock lock(&mu_);
-        if (e.kind != TraceEvent::Kind::kBreakerTransition) {
-          events_.push_back(e);
-        }
-      });
-  options.give_up_hook = [this](const GiveUpInfo& info) {
-    absl::MutexLock lock(&mu_);
-    give_ups_.push_back(info);
-  };
-  auto stub = FaultService::NewStub(*CreateChannel(
-      server_.address(), grpc::InsecureChannelCredentials(), options));
+  auto stub = FaultService::NewStub(
+      *CreateGuardedChannel(server_.address(), kConfig, [&](Options& options) {
+        options.breaker_registry = registry;
+        options.trace_verbosity = TraceVerbosity::kGiveUps;
+        options.trace_sink =
+            std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+              absl::MutexLock lock(&mu_);
+              if (e.kind != TraceEvent::Kind::kBreakerTransition) {
+                events_.push_back(e);
+              }
+            });
+        options.give_up_hook = [this](const GiveUpInfo& info) {
+          absl::MutexLock lock(&mu_);
+          give_ups_.push_back(info);
+        };
+      }));
   registry->Get(server_.address())->ForceOpen();
   for (bool hijacked : {true, false}) {  // Get is hijacked, Create is not
     FaultRequest req;

@@ -26,11 +26,13 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
@@ -62,13 +64,10 @@ std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
 class HedgingE2ETest : public ::testing::TestWithParam<StubKind> {
  protected:
   void SetUp() override {
-    absl::StatusOr<Config> config = Config::FromJson(kConfig);
-    ASSERT_TRUE(config.ok()) << config.status();
-    Options options;
-    options.config = *config;
-    options.breaker_registry = *BreakerRegistry::Create({});
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
+    auto channel =
+        CreateGuardedChannel(server_.address(), kConfig, [](Options& options) {
+          options.breaker_registry = *BreakerRegistry::Create({});
+        });
     ASSERT_TRUE(channel.ok()) << channel.status();
     stub_ = FaultService::NewStub(*channel);
   }
@@ -342,14 +341,12 @@ namespace {
 // Prometheus text carries them.
 TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
   FaultServer server;
-  absl::StatusOr<Config> config = Config::FromJson(kConfig);
-  ASSERT_TRUE(config.ok());
-  Options options;
-  options.config = *config;
-  options.breaker_registry = *BreakerRegistry::Create({});
-  options.stats = std::make_shared<Stats>();
-  auto channel = CreateChannel(server.address(),
-                               grpc::InsecureChannelCredentials(), options);
+  const auto stats = std::make_shared<Stats>();
+  auto channel =
+      CreateGuardedChannel(server.address(), kConfig, [&](Options& options) {
+        options.breaker_registry = *BreakerRegistry::Create({});
+        options.stats = stats;
+      });
   ASSERT_TRUE(channel.ok());
   auto stub = FaultService::NewStub(*channel);
   FaultRequest req;
@@ -359,7 +356,7 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
-  const StatsSnapshot snap = options.stats->Snapshot();
+  const StatsSnapshot snap = stats->Snapshot();
   const MethodStatsSnapshot* m =
       snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
   ASSERT_NE(m, nullptr);
@@ -382,20 +379,19 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
 // decision=hedge line, the next copy's hedge line, and still one call.
 TEST(HedgingTraceTest, LinesNameTheCopies) {
   FaultServer server;
-  absl::StatusOr<Config> config = Config::FromJson(kConfig);
-  ASSERT_TRUE(config.ok());
-  Options options;
-  options.config = *config;
-  options.breaker_registry = *BreakerRegistry::Create({});
-  options.stats = std::make_shared<Stats>();
+  const auto stats = std::make_shared<Stats>();
   absl::Mutex mu;
   std::vector<TraceEvent> events;
-  options.trace_sink = std::make_shared<CallbackSink>([&](const TraceEvent& e) {
-    absl::MutexLock lock(&mu);
-    events.push_back(e);
-  });
-  auto channel = CreateChannel(server.address(),
-                               grpc::InsecureChannelCredentials(), options);
+  auto channel =
+      CreateGuardedChannel(server.address(), kConfig, [&](Options& options) {
+        options.breaker_registry = *BreakerRegistry::Create({});
+        options.stats = stats;
+        options.trace_sink =
+            std::make_shared<CallbackSink>([&](const TraceEvent& e) {
+              absl::MutexLock lock(&mu);
+              events.push_back(e);
+            });
+      });
   ASSERT_TRUE(channel.ok());
   auto stub = FaultService::NewStub(*channel);
 
@@ -441,7 +437,7 @@ TEST(HedgingTraceTest, LinesNameTheCopies) {
     EXPECT_EQ(events[2].copy, 2);
     EXPECT_TRUE(events[2].cancelled.empty());
   }
-  const StatsSnapshot snap = options.stats->Snapshot();
+  const StatsSnapshot snap = stats->Snapshot();
   const MethodStatsSnapshot* m =
       snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
   ASSERT_NE(m, nullptr);
@@ -462,10 +458,11 @@ namespace {
 // (the other two run the same hijacked call as sync).
 TEST(HedgingProtoE2ETest, AProtoDeclaredPolicyHedges) {
   FaultServer server;
-  Options options;  // an empty Config: only the .proto speaks
-  options.breaker_registry = *BreakerRegistry::Create({});
-  auto channel = CreateChannel(server.address(),
-                               grpc::InsecureChannelCredentials(), options);
+  // An empty Config: only the .proto speaks.
+  auto channel =
+      CreateGuardedChannel(server.address(), "{}", [](Options& options) {
+        options.breaker_registry = *BreakerRegistry::Create({});
+      });
   ASSERT_TRUE(channel.ok()) << channel.status();
   auto stub = FaultService::NewStub(*channel);
   for (const bool callback : {false, true}) {
@@ -531,18 +528,14 @@ int UnusedPort() {
 // retried attempt that found none (issue 22; before the one engine, the
 // hedged path counted such copies as failures).
 TEST(HedgingEvidenceTest, CopiesThatFoundNoConnectionAreNoEvidence) {
-  absl::StatusOr<Config> config = Config::FromJson(R"json({"methodConfig": [
+  std::shared_ptr<BreakerRegistry> registry = *BreakerRegistry::Create({});
+  const std::string address = absl::StrCat("127.0.0.1:", UnusedPort());
+  auto channel = CreateGuardedChannel(
+      address, R"json({"methodConfig": [
     {"name": [{"service": "rpcguard.testing.v1.FaultService"}],
      "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.01s",
-                       "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  Options options;
-  options.config = *config;
-  std::shared_ptr<BreakerRegistry> registry = *BreakerRegistry::Create({});
-  options.breaker_registry = registry;
-  const std::string address = absl::StrCat("127.0.0.1:", UnusedPort());
-  auto channel =
-      CreateChannel(address, grpc::InsecureChannelCredentials(), options);
+                       "nonFatalStatusCodes": ["UNAVAILABLE"]}}]})json",
+      [&](Options& options) { options.breaker_registry = registry; });
   ASSERT_TRUE(channel.ok()) << channel.status();
   auto stub = FaultService::NewStub(*channel);
   for (int i = 0; i < 10; ++i) {

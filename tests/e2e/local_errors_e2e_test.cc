@@ -22,11 +22,13 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/fault_server.h"
+#include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
@@ -118,17 +120,18 @@ class LocalErrorsE2ETest : public ::testing::TestWithParam<StubKind> {
   // go to events_.
   std::unique_ptr<FaultService::Stub> Guarded(grpc::ChannelArguments args) {
     OwnConnection(&args);
-    Options options;
-    options.config = *Config::FromJson(kConfig);
-    options.breaker_registry = registry_;
-    options.trace_verbosity = TraceVerbosity::kAll;
-    options.trace_sink =
-        std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-          absl::MutexLock lock(&mu_);
-          events_.push_back(e);
-        });
-    auto channel = CreateChannel(
-        server_.address(), grpc::InsecureChannelCredentials(), options, args);
+    auto channel = CreateGuardedChannel(
+        server_.address(), kConfig,
+        [this](Options& options) {
+          options.breaker_registry = registry_;
+          options.trace_verbosity = TraceVerbosity::kAll;
+          options.trace_sink =
+              std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+                absl::MutexLock lock(&mu_);
+                events_.push_back(e);
+              });
+        },
+        args);
     EXPECT_TRUE(channel.ok()) << channel.status();
     return FaultService::NewStub(*channel);
   }
