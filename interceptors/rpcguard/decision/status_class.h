@@ -99,7 +99,7 @@ struct AttemptOutcome {
 // gRPC uses the same words whichever side's limit was hit; either way
 // another attempt of the same call fails the same way, and the outcome
 // says nothing about the destination. The words are gRPC 1.51's:
-// tests/local_errors_e2e_test.cc fails if a gRPC changes them.
+// tests/e2e/local_errors_e2e_test.cc fails if a gRPC changes them.
 bool IsLocalError(grpc::StatusCode code, absl::string_view message);
 
 // Whether a failed attempt's status is gRPC's own word that the call found
@@ -111,7 +111,7 @@ bool IsLocalError(grpc::StatusCode code, absl::string_view message);
 // the call does not wait for ready. Words alone could be a server's, so the
 // interceptor also requires the channel not to be READY when the attempt
 // ends. Like IsLocalError's, the words are gRPC 1.51's, and
-// tests/local_errors_e2e_test.cc fails if a gRPC changes them.
+// tests/e2e/local_errors_e2e_test.cc fails if a gRPC changes them.
 bool IsNotSent(grpc::StatusCode code, absl::string_view message);
 
 // Classifies attempt outcomes. Thread-compatible value type.

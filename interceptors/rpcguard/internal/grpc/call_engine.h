@@ -13,7 +13,8 @@
 // (HijackedCall) implements: start an attempt, cancel it, set and cancel a
 // timer, ask the refresher, watch the parent call, copy the final attempt's
 // answer, serve the application's batches. Its unit tests drive it with
-// fake attempts and a fake clock (tests/call_engine_test.cc).
+// fake attempts and a fake clock
+// (tests/unit/internal/grpc/call_engine_test.cc).
 //
 // States (every transition under mu_):
 //

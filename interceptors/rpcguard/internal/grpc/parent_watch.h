@@ -9,10 +9,10 @@
 // The watch is a core client call created as the parent's child, with the
 // parent's deadline and cancellation, on which only RECV_STATUS_ON_CLIENT is
 // started. Without SEND_INITIAL_METADATA the client channel never picks a
-// connection for it, so it sends nothing (tests/grpc_1_51_context_test.cc
-// checks that not even a connection is opened). Its status arrives when
-// core cancels it: at the parent's cancel or deadline, or at Stop().
-// Public C API only.
+// connection for it, so it sends nothing
+// (tests/unit/internal/grpc_1_51/grpc_1_51_context_test.cc checks that not even
+// a connection is opened). Its status arrives when core cancels it: at the
+// parent's cancel or deadline, or at Stop(). Public C API only.
 
 #ifndef RPCGUARD_INTERNAL_GRPC_PARENT_WATCH_H_
 #define RPCGUARD_INTERNAL_GRPC_PARENT_WATCH_H_

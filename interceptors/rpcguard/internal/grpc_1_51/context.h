@@ -8,10 +8,11 @@
 // these functions reach ClientContext's private members by name, through
 // explicit template instantiation (access checking does not apply to the
 // names in one). A renamed member or a changed type is a compile error; what
-// the members mean is checked end to end by tests/caller_context_e2e_test.cc
-// and tests/grpc_1_51_context_test.cc. Compiled only for gRPC 1.51
-// (GRPC_CPP_VERSION_MAJOR/MINOR); on any other version only the public API
-// is used, and attempts lose what it hides (README, Limits).
+// the members mean is checked end to end by
+// tests/e2e/caller_context_e2e_test.cc and
+// tests/unit/internal/grpc_1_51/grpc_1_51_context_test.cc. Compiled only for
+// gRPC 1.51 (GRPC_CPP_VERSION_MAJOR/MINOR); on any other version only the
+// public API is used, and attempts lose what it hides (README, Limits).
 
 #ifndef RPCGUARD_INTERNAL_GRPC_1_51_CONTEXT_H_
 #define RPCGUARD_INTERNAL_GRPC_1_51_CONTEXT_H_

@@ -6,8 +6,8 @@
 // layouts that gRPC 1.51.x is known to have. Each is compiled only for gRPC
 // 1.51 (GRPC_CPP_VERSION_MAJOR/MINOR) and answers the safe "don't know" on any
 // other version, which costs speed (a hijack instead of a ride), never
-// correctness. tests/grpc_1_51_probes_test.cc checks each probe against real
-// calls and fails loudly when gRPC changes under it.
+// correctness. tests/unit/internal/grpc_1_51/grpc_1_51_probes_test.cc checks
+// each probe against real calls and fails loudly when gRPC changes under it.
 
 #ifndef RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_
 #define RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_
