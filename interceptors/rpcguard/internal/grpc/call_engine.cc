@@ -1,6 +1,16 @@
 // Copyright rpcguard authors.
 //
 // CallEngine: the design and the states are in the header.
+//
+// One file on purpose, though it is over 600 lines: it is one state machine
+// under one lock, and its value is that every transition (send, an
+// attempt's end, a timer, a refusal, the refresh, the cancel, the finish)
+// reads in one place, against the same members, in the order the header's
+// diagram draws them. Split by event, the copies of a call's rules that the
+// engine replaced would start to grow back. Reading order: SendAttempt and
+// RefusedLocked (sending), OnAttemptDone (an attempt's end), OnTimer, Act,
+// Arm and ArmDeadline (timers), Cancel, OnParentEnded and DoCancel (the
+// cancel), EndRefresh, then FinishLocked and Conclude (the one finish).
 
 #include "rpcguard/internal/grpc/call_engine.h"
 
