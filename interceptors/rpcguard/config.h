@@ -117,7 +117,8 @@ struct ResolvedPolicy {
 //     "circuitBreaker": {"failureRatio": 0.5, "minAttempts": 20,
 //                        "openTime": "1s", ...},   // see BreakerOptions
 //     "retryBudget": {"ratio": 0.2, "minRetriesPerSecond": 10, ...},
-//     "breakerKey": "target"}                      // or "target_and_service"
+//     "breakerKey": "target",                      // or "target_and_service"
+//     "streamBufferBytes": 262144}                 // a stream's replay buffer
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
   std::optional<BreakerOptions> breaker;
@@ -131,6 +132,14 @@ struct DestinationConfig {
   // Breakers and budgets are shared per channel target, or per target and
   // service when this is set.
   bool key_per_service = false;
+  // "streamBufferBytes": the bytes of requests a streaming call keeps for
+  // replay; a call whose requests outgrow it commits to its attempt and is
+  // not retried after (gRFC A6; 256 KiB, as gRPC C-core and grpc-go). A
+  // whole number from 0 (a stream commits at its first request) to
+  // kMaxStreamBufferBytes.
+  size_t stream_buffer_bytes = kDefaultStreamBufferBytes;
+  static constexpr size_t kDefaultStreamBufferBytes = 256 * 1024;
+  static constexpr size_t kMaxStreamBufferBytes = size_t{1} << 30;
 };
 
 // An immutable set of per-method policies. Cheap to copy (shares its tables);
@@ -180,8 +189,8 @@ class Config {
   std::string Explain(absl::string_view full_method) const;
 
   // Explain() for the method `method` describes, from any descriptor pool
-  // (see Resolve(method)). A streaming method is said to be one: rpcguard
-  // passes its calls through, whatever its policy.
+  // (see Resolve(method)). A streaming method is said to be one: retried
+  // until it commits when its policy retries it, never hedged.
   std::string Explain(const google::protobuf::MethodDescriptor& method) const;
 
   // Sets the policy of one method, service or the default from code, in the

@@ -13,6 +13,7 @@
 
 #include "rpcguard/config_reader.h"  // private to :config
 
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <optional>
@@ -419,6 +420,17 @@ class ConfigReader {
                       absl::StrCat("unknown breaker key \"", m.value.string,
                                    "\" (want target or target_and_service)"));
         }
+      } else if (m.key == "streamBufferBytes") {
+        if (!CheckType(m.value, Json::Type::kNumber, field, errors_)) continue;
+        const double n = m.value.number;
+        if (!(n >= 0) || n != std::floor(n) ||
+            n > static_cast<double>(DestinationConfig::kMaxStreamBufferBytes)) {
+          errors_.Add(field,
+                      absl::StrCat("must be a whole number of bytes from 0 to ",
+                                   DestinationConfig::kMaxStreamBufferBytes));
+          continue;
+        }
+        d.stream_buffer_bytes = static_cast<size_t>(n);
       } else {
         errors_.Add(field, "unknown field");
       }

@@ -48,7 +48,7 @@ bool MayHedge(const MethodPolicy& policy, Idempotency idempotency,
 
 CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
   CallPlan plan;
-  if (!facts.unary || facts.marked_pass_through) return plan;
+  if (facts.marked_pass_through) return plan;
   plan.idempotency = policy.idempotency;
   if (!facts.declaration_error.ok()) {
     return FailFast(plan, grpc::StatusCode::FAILED_PRECONDITION,
@@ -76,6 +76,20 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
     }
   }
   plan.may_repeat = MayRepeat(plan.idempotency);
+  if (!facts.unary) {
+    // A stream is retried until it commits (gRFC A6), never hedged: its
+    // copies would each need the application's requests as they come.
+    if (policy.hedging.has_value() && facts.hedging_for_method) {
+      return FailFast(plan, grpc::StatusCode::FAILED_PRECONDITION,
+                      "rpcguard: a hedgingPolicy names this streaming "
+                      "method, and rpcguard does not hedge streams; give it "
+                      "a retryPolicy instead");
+    }
+    plan.mode = plan.may_repeat && policy.retry.max_attempts > 1
+                    ? CallMode::kHijack
+                    : CallMode::kMetadataOnly;
+    return plan;
+  }
   if (MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
     if (!facts.response_may_be_message) {
       plan.mode = CallMode::kMetadataOnly;

@@ -5,8 +5,8 @@
 // objects; the interceptor gathers CallFacts, asks PlanCall, and runs the
 // call in the mode it answers.
 //
-//   kPassThrough   not rpcguard's business (streaming, marked pass-through):
-//                  proceeds untouched, no metadata, no breaker.
+//   kPassThrough   not rpcguard's business (marked pass-through): proceeds
+//                  untouched, no metadata, no breaker.
 //   kMetadataOnly  sent once as the application's own call, with rpcguard's
 //                  metadata; the breaker is asked first. Calls that may not
 //                  be repeated, or cannot be retried safely, end here.
@@ -39,7 +39,9 @@ absl::string_view CallModeName(CallMode mode);
 
 // What the interceptor knows of a call at its first batch.
 struct CallFacts {
-  // Unary: the only kind rpcguard retries.
+  // Unary; otherwise a stream, retried until it commits (hijacked) when it
+  // may be repeated and its policy retries, else sent once with rpcguard's
+  // metadata; never hedged, and never riding.
   bool unary = true;
   // The caller asked for no rpcguard handling (MarkPassThrough).
   bool marked_pass_through = false;

@@ -129,6 +129,10 @@ struct TraceEvent {
   // cancelled=1,3`, each left out when 0 or empty.
   int copy = 0;
   std::vector<int> cancelled;
+  // A stream's terminal event, once it had committed to an attempt (gRFC
+  // A6; after which a failure is not retried): why it committed,
+  // "headers", "message" or "buffer_limit". Empty otherwise (not written).
+  std::string commit;
   // The status message (kAttempt, kFailFast), or why the breaker changed
   // state (kBreakerTransition). May be empty; may hold any bytes.
   std::string message;

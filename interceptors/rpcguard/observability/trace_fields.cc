@@ -193,6 +193,9 @@ bool FormatCancelled(const TraceEvent& e, TraceFieldValue* out) {
   return !e.cancelled.empty() &&
          Stored(absl::StrJoin(e.cancelled, ","), false, out);
 }
+bool FormatCommit(const TraceEvent& e, TraceFieldValue* out) {
+  return !e.commit.empty() && Text(e.commit, out);
+}
 bool FormatMessage(const TraceEvent& e, TraceFieldValue* out) {
   return !e.message.empty() && Text(e.message, out);
 }
@@ -358,6 +361,16 @@ absl::Status ParseCancelled(const TraceFieldText* f, TraceEvent* e) {
   }
   return absl::OkStatus();
 }
+// A stream's `commit` (optional): one of the engine's reasons.
+absl::Status ParseCommit(const TraceFieldText* f, TraceEvent* e) {
+  if (f == nullptr || f->absent) return absl::OkStatus();
+  if (f->value != "headers" && f->value != "message" &&
+      f->value != "buffer_limit") {
+    return Bad("commit", f->value);
+  }
+  e->commit = f->value;
+  return absl::OkStatus();
+}
 absl::Status ParseMessage(const TraceFieldText* f, TraceEvent* e) {
   return ReadString(f, &e->message);
 }
@@ -391,6 +404,7 @@ constexpr TraceField kFields[] = {
     {"key", kCallEvents, true, FormatKey, ParseKey},
     {"copy", kCallEvents, false, FormatCopy, ParseCopy},
     {"cancelled", kCallEvents, false, FormatCancelled, ParseCancelled},
+    {"commit", kCallEvents, false, FormatCommit, ParseCommit},
     // The status message, or why the breaker changed state.
     {"message", kAllEvents, false, FormatMessage, ParseMessage},
 };

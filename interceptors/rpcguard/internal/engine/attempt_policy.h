@@ -99,6 +99,10 @@ class AttemptPolicy {
   virtual PolicyStep OnRefused(GiveUpReason refused, bool replaces) = 0;
   // Whether the call sends copies side by side (hedging).
   virtual bool hedging() const = 0;
+  // A stream committed to the attempt in flight (gRFC A6): from now on its
+  // end is the call's, never retried. Streams are not hedged: a hedging
+  // policy ignores it.
+  virtual void Commit() {}
 };
 
 class RetryAttemptPolicy final : public AttemptPolicy {
@@ -113,10 +117,12 @@ class RetryAttemptPolicy final : public AttemptPolicy {
   PolicyStep OnTimer() override;
   PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
   bool hedging() const override { return false; }
+  void Commit() override { committed_ = true; }
 
  private:
   RetryController* const controller_;
   const DestinationGates gates_;
+  bool committed_ = false;
 };
 
 class HedgeAttemptPolicy final : public AttemptPolicy {

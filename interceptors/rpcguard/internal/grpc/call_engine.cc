@@ -66,6 +66,30 @@ CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
   }
 }
 
+absl::string_view CommitReasonName(CommitReason reason) {
+  switch (reason) {
+    case CommitReason::kHeaders:
+      return "headers";
+    case CommitReason::kMessage:
+      return "message";
+    case CommitReason::kBufferLimit:
+      break;
+  }
+  return "buffer_limit";
+}
+
+void CallEngine::Commit(CommitReason reason) {
+  internal::MutexLock lock(&mu_);
+  if (done_ || commit_.has_value()) return;
+  commit_ = reason;
+  policy_impl_->Commit();
+}
+
+bool CallEngine::committed() const {
+  internal::MutexLock lock(&mu_);
+  return commit_.has_value();
+}
+
 int CallEngine::attempts() const {
   internal::MutexLock lock(&mu_);
   return controller_.attempts();
@@ -652,6 +676,9 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                                                     : reason;
   terminal.deadline_left = controller_.Remaining();
   terminal.message = status.error_message();
+  if (commit_.has_value()) {
+    terminal.commit = std::string(CommitReasonName(*commit_));
+  }
   // Whatever is still in flight but `keep` is cancelled: the call is
   // decided. A hedged call's terminal line names the copy that decided it
   // and those it cancels.

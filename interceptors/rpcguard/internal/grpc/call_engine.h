@@ -63,6 +63,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/internal/base/mutex.h"
@@ -126,6 +127,17 @@ enum class TimerKind {
 };
 
 using TimerHandle = std::pair<absl::Time, uint64_t>;
+
+// Why a stream committed to its attempt (gRFC A6): after it, the attempt's
+// end is the call's.
+enum class CommitReason {
+  kHeaders,      // the server's response headers came
+  kMessage,      // a response message came
+  kBufferLimit,  // the requests outgrew the replay buffer
+};
+
+// "headers", "message", "buffer_limit": the trace's `commit` field.
+absl::string_view CommitReasonName(CommitReason reason);
 
 // The seam between the engine and gRPC. Every method but TakeResult is
 // called without the engine's lock held.
@@ -208,6 +220,16 @@ class CallEngine {
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   // The parent call ended with `code` (the parent watch).
   void OnParentEnded(grpc::StatusCode code) ABSL_LOCKS_EXCLUDED(mu_);
+  // A stream committed to the attempt in flight, for `reason`: its end is
+  // the call's (AttemptPolicy::Commit), and the terminal trace line says
+  // why. The first commit counts; none after the call is decided.
+  void Commit(CommitReason reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the call has committed (Commit).
+  bool committed() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The call's deadline on the injected clock: the caller's, shortened by
+  // a methodConfig timeout.
+  absl::Time deadline() const { return deadline_; }
 
   // A batch that waits for the outcome: returns the outcome if the call is
   // decided (serve it now), else parks it and returns null.
@@ -307,6 +329,7 @@ class CallEngine {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool refreshing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<CommitReason> commit_ ABSL_GUARDED_BY(mu_);
   // What a cancel ends the call with: the caller's, or its parent's end.
   grpc::Status cancel_status_ ABSL_GUARDED_BY(mu_);
   GiveUpReason cancel_reason_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kCancelled;

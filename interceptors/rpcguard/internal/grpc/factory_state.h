@@ -115,6 +115,10 @@ class FactoryState {
   Random* random() const { return random_; }
   const CredentialRefresher& refresher() const { return refresher_; }
   const GiveUpHook& give_up_hook() const { return give_up_hook_; }
+  // The replay buffer of each streaming call (DestinationConfig).
+  size_t stream_buffer_bytes() const {
+    return config_.destination().stream_buffer_bytes;
+  }
 
   // The state of `method`, computed on its first call; after that only a
   // lock-free hash lookup. The reference lives as long as this object.

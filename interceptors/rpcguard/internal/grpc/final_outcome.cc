@@ -15,46 +15,12 @@ namespace {
 using grpc::experimental::InterceptionHookPoints;
 using grpc::experimental::InterceptorBatchMethods;
 
-// Points an application's metadata map at `from` (which outlives it).
-void AddMetadata(const Metadata& from,
-                 std::multimap<grpc::string_ref, grpc::string_ref>* to) {
-  for (const auto& kv : from) {
-    to->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
-  }
-}
-
 // Parses the final response into the application's response `object`;
 // false (and `*status` says why) when it cannot.
 bool FillMessage(void* object, const FinalOutcome& outcome,
                  const std::string& method, grpc::Status* status) {
   if (!status->ok()) return false;
-  if (!IsProtobufMessage(object)) {
-    *status = grpc::Status(
-        grpc::StatusCode::INTERNAL,
-        absl::StrCat("rpcguard: the response object of ", method,
-                     " is not a protobuf message (a grpc::GenericStub "
-                     "call with grpc::ByteBuffer?); call "
-                     "rpcguard::MarkPassThrough(&context) before such "
-                     "calls"));
-    return false;
-  }
-  // Generated unary stubs in gRPC 1.51 receive into a MessageLite;
-  // ByteBuffer callers must opt out (MarkPassThrough). Read in place:
-  // SerializationTraits::Deserialize would clear the buffer, and the
-  // outcome is immutable. The reader only reads (it takes a non-const
-  // pointer for its own reasons).
-  grpc::ProtoBufferReader reader(
-      const_cast<grpc::ByteBuffer*>(&outcome.response));
-  auto* message = static_cast<grpc::protobuf::MessageLite*>(object);
-  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
-    *status = grpc::Status(
-        grpc::StatusCode::INTERNAL,
-        absl::StrCat("rpcguard: cannot parse the response of ", method, ": ",
-                     reader.status().ok() ? message->InitializationErrorString()
-                                          : reader.status().error_message()));
-    return false;
-  }
-  return true;
+  return ParseResponse(outcome.response, method, object, status);
 }
 
 // Fills one parked batch; `status` is the status still to report, which a
@@ -85,6 +51,43 @@ void FillBatch(InterceptorBatchMethods* b, const FinalOutcome& outcome,
 }
 
 }  // namespace
+
+void AddMetadata(const Metadata& from,
+                 std::multimap<grpc::string_ref, grpc::string_ref>* to) {
+  for (const auto& kv : from) {
+    to->emplace(grpc::string_ref(kv.first), grpc::string_ref(kv.second));
+  }
+}
+
+bool ParseResponse(const grpc::ByteBuffer& response, const std::string& method,
+                   void* object, grpc::Status* status) {
+  if (!IsProtobufMessage(object)) {
+    *status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: the response object of ", method,
+                     " is not a protobuf message (a grpc::GenericStub "
+                     "call with grpc::ByteBuffer?); call "
+                     "rpcguard::MarkPassThrough(&context) before such "
+                     "calls"));
+    return false;
+  }
+  // Generated stubs in gRPC 1.51 receive into a MessageLite; ByteBuffer
+  // callers must opt out (MarkPassThrough). Read in place:
+  // SerializationTraits::Deserialize would clear the buffer, and the
+  // outcome is immutable. The reader only reads (it takes a non-const
+  // pointer for its own reasons).
+  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&response));
+  auto* message = static_cast<grpc::protobuf::MessageLite*>(object);
+  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
+    *status = grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("rpcguard: cannot parse the response of ", method, ": ",
+                     reader.status().ok() ? message->InitializationErrorString()
+                                          : reader.status().error_message()));
+    return false;
+  }
+  return true;
+}
 
 void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
                   Metadata* to) {

@@ -42,6 +42,16 @@ struct FinalOutcome {
   TraceEvent terminal;
 };
 
+// Points an application's metadata map at `from`, which must outlive it.
+void AddMetadata(const Metadata& from,
+                 std::multimap<grpc::string_ref, grpc::string_ref>* to);
+
+// Parses `response` into the application's response `object`; false (and
+// `*status` says why: INTERNAL) when it cannot, or when `object` is not a
+// protobuf message. `method` names the method in such messages.
+bool ParseResponse(const grpc::ByteBuffer& response, const std::string& method,
+                   void* object, grpc::Status* status);
+
 // Copies a gRPC metadata map into strings that outlive the attempt.
 void CopyMetadata(const std::multimap<grpc::string_ref, grpc::string_ref>& from,
                   Metadata* to);

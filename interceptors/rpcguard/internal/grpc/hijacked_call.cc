@@ -66,6 +66,24 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
       engine_(this, *factory_, method, deadline, may_repeat, hedging,
               factory_->random()->Next64()) {}
 
+void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
+                              size_t buffer_limit,
+                              InterceptorBatchMethods* first_batch) {
+  stream_ = std::make_unique<StreamFlow>(this, method_.name, type,
+                                         buffer_limit);
+  stream_->TakeFirstBatch(first_batch);
+}
+
+void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
+                                       grpc::Status status) {
+  // The engine may let go of this object while it handles the end.
+  std::shared_ptr<HijackedCall> self = shared_from_this();
+  const AttemptReport report =
+      ReadEnd(std::move(status),
+              ContextOf(attempt->context)->GetServerTrailingMetadata());
+  engine_.OnAttemptDone(attempt, report, nullptr);
+}
+
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
                                     void* response_object) {
   response_object_ = response_object;
@@ -138,6 +156,7 @@ AttemptReport HijackedCall::ReadEnd(
 }
 
 std::shared_ptr<EngineAttempt> HijackedCall::NewAttempt() {
+  if (stream_ != nullptr) return stream_->NewAttempt();
   auto attempt = std::make_shared<GrpcAttempt>();
   attempt->context = std::make_shared<grpc::ClientContext>();
   return attempt;
@@ -145,9 +164,16 @@ std::shared_ptr<EngineAttempt> HijackedCall::NewAttempt() {
 
 void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
                         const std::optional<RefreshedCredentials>& refreshed) {
-  auto* grpc_attempt = static_cast<GrpcAttempt*>(attempt.get());
   grpc::ClientContext* context = ContextOf(attempt->context);
-  PrepareContext(*context, *attempt, refreshed);
+  if (stream_ != nullptr) {
+    // A stream's attempt runs until the call's deadline: a per-attempt
+    // timeout would cut a committed stream short (README, Streams).
+    PrepareContext(*context, *attempt, engine_.deadline(), refreshed);
+    stream_->Send(attempt, setup_.channel.get());
+    return;
+  }
+  auto* grpc_attempt = static_cast<GrpcAttempt*>(attempt.get());
+  PrepareContext(*context, *attempt, attempt->deadline, refreshed);
   // The callback captures two raw pointers, which std::function stores
   // without allocating; the engine holds this object (Hold) and the
   // attempt until it runs.
@@ -169,7 +195,11 @@ void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
 }
 
 void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
-  if (context != nullptr) ContextOf(context)->TryCancel();
+  if (stream_ != nullptr) {
+    stream_->Cancel(context);
+  } else if (context != nullptr) {
+    ContextOf(context)->TryCancel();
+  }
 }
 
 void HijackedCall::Release(std::shared_ptr<EngineAttempt> attempt) {
@@ -247,13 +277,13 @@ void HijackedCall::WatchParent() {
 }
 
 void HijackedCall::PrepareContext(
-    grpc::ClientContext& ctx, const EngineAttempt& attempt,
+    grpc::ClientContext& ctx, const EngineAttempt& attempt, absl::Time deadline,
     const std::optional<RefreshedCredentials>& refreshed) {
   // From the monotonic time left, never the caller's wall-clock deadline:
   // gRPC would read that at the attempt's start, after any step since the
   // call's. On the real clock this is a conversion, not a clock read.
   ctx.set_deadline(
-      GrpcDeadline(attempt.deadline, factory_->clock(), setup_.grpc_deadline));
+      GrpcDeadline(deadline, factory_->clock(), setup_.grpc_deadline));
   if (refreshed && refreshed->credentials) {
     ctx.set_credentials(refreshed->credentials);
   } else if (setup_.credentials) {
@@ -285,9 +315,11 @@ void HijackedCall::PrepareContext(
 }
 
 void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
-  auto& attempt = static_cast<GrpcAttempt&>(last);
-  grpc::ClientContext* context = ContextOf(attempt.context);
-  out->response.Swap(&attempt.response);
+  grpc::ClientContext* context = ContextOf(last.context);
+  // A stream's responses went to the application as they came.
+  if (stream_ == nullptr) {
+    out->response.Swap(&static_cast<GrpcAttempt&>(last).response);
+  }
   CopyMetadata(context->GetServerInitialMetadata(), &out->initial_metadata);
   CopyMetadata(context->GetServerTrailingMetadata(), &out->trailing_metadata);
   // Before the application's call completes, which is when it may read.
@@ -312,6 +344,10 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
   if (terminal.decision == TraceDecision::kGiveUp) {
     factory_->ReportGiveUp(method_, terminal, outcome.attempts,
                            setup_.idempotency_key, setup_.request);
+  }
+  if (stream_ != nullptr) {
+    stream_->Conclude(outcome);
+    return;
   }
   ServeBatches(batches, outcome, method_.name, response_object_);
 }

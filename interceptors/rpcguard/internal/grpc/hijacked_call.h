@@ -48,12 +48,14 @@
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
+#include "rpcguard/internal/grpc/stream_flow.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 
 namespace rpcguard {
 namespace internal {
 
 class HijackedCall final : public CallIo,
+                           public StreamOwner,
                            public std::enable_shared_from_this<HijackedCall> {
  public:
   // Everything needed to replay the request, captured from the first batch.
@@ -99,6 +101,23 @@ class HijackedCall final : public CallIo,
   // Starts attempt 1 (or ends the call at once when it cannot start).
   void Start() { engine_.Start(); }
 
+  // Makes this a streaming call (stream_flow.h), of gRPC type `type`, whose
+  // requests are kept for replay up to `buffer_limit` bytes; then
+  // `first_batch` gives the first requests. Before Start or
+  // FailBeforeStart; Setup::request and rpc_method are not used.
+  void MakeStream(grpc::internal::RpcMethod::RpcType type, size_t buffer_limit,
+                  grpc::experimental::InterceptorBatchMethods* first_batch);
+
+  // A streaming call's later batch (StreamFlow::Serve).
+  void Serve(grpc::experimental::InterceptorBatchMethods* batch) {
+    stream_->Serve(batch);
+  }
+
+  // A streaming call's requests held for replay now, in bytes.
+  size_t buffered_bytes() const {
+    return stream_ == nullptr ? 0 : stream_->buffered_bytes();
+  }
+
   // Attempt 1 is the application's own call, already admitted by the
   // breaker (`admission`); `response_object` is the application's response
   // message. rpcguard steps in when its outcome calls for a retry
@@ -143,6 +162,11 @@ class HijackedCall final : public CallIo,
   void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
                 const Batches& batches) override;
 
+  // StreamOwner: a streaming call's events.
+  void OnCommit(CommitReason reason) override { engine_.Commit(reason); }
+  void OnStreamAttemptDone(EngineAttempt* attempt,
+                           grpc::Status status) override;
+
  private:
   // An attempt as gRPC runs it: the engine's, with its response buffer
   // (EngineAttempt::context is its grpc::ClientContext).
@@ -158,8 +182,10 @@ class HijackedCall final : public CallIo,
   // The callback of an attempt sent by Send.
   void OnAttemptDone(GrpcAttempt* attempt, grpc::Status status);
   // Fills in the attempt's context from the caller's (Setup), the refreshed
-  // credentials and rpcguard's metadata.
+  // credentials and rpcguard's metadata; `deadline` is the attempt's, on
+  // the injected clock.
   void PrepareContext(grpc::ClientContext& ctx, const EngineAttempt& attempt,
+                      absl::Time deadline,
                       const std::optional<RefreshedCredentials>& refreshed);
   void OnParentEnded(grpc::StatusCode code) { engine_.OnParentEnded(code); }
 
@@ -172,6 +198,8 @@ class HijackedCall final : public CallIo,
   void* response_object_ = nullptr;
   // A riding call's attempt 1, from RideFirstAttempt to its end.
   std::shared_ptr<EngineAttempt> ride_;
+  // A streaming call's streams (MakeStream); null for a unary call.
+  std::unique_ptr<StreamFlow> stream_;
   CallEngine engine_;
 
   internal::Mutex mu_;

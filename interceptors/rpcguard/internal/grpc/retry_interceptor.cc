@@ -11,7 +11,8 @@
 //   kHijack        hand the call to a HijackedCall and Hijack();
 //   kFailFast      end it through a HijackedCall before anything is sent.
 // Everything after the first batch is the HijackedCall's (hijacked_call.h)
-// or gRPC's.
+// or gRPC's. Streams take the same modes but kRide; a hijacked stream's
+// every later batch goes to its StreamFlow (stream_flow.h).
 //
 // Nothing touches `this` after Hijack() or after the last Proceed(): the
 // application may destroy its ClientContext, which owns the interceptor, as
@@ -48,10 +49,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // info->method() may point into the caller's string, which a
     // grpc::GenericStub caller may free once the call is created (before
     // its first batch, with the CQ API): read it now, and only now.
-    if (info->type() == ClientRpcInfo::Type::UNARY) {
-      method_ = factory_->FindMethod(info->method());
-      if (method_ == nullptr) method_name_ = info->method();
-    }
+    method_ = factory_->FindMethod(info->method());
+    if (method_ == nullptr) method_name_ = info->method();
   }
 
   void Intercept(InterceptorBatchMethods* batch) override {
@@ -59,10 +58,6 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
             InterceptionHookPoints::PRE_SEND_CANCEL)) {
       OnCancel();
       return;  // gRPC continues a cancel batch by itself.
-    }
-    if (info_->type() != ClientRpcInfo::Type::UNARY) {
-      batch->Proceed();
-      return;
     }
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
@@ -78,6 +73,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     switch (mode_) {
       case CallMode::kHijack:
       case CallMode::kFailFast:
+        if (stream_) {
+          // Every later batch of a hijacked stream, both halves.
+          call_for_batches_->Serve(batch);
+          return;
+        }
         if (batch->QueryInterceptionHookPoint(
                 InterceptionHookPoints::PRE_RECV_INITIAL_METADATA) ||
             batch->QueryInterceptionHookPoint(
@@ -151,6 +151,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
 
     CallFacts facts;
+    facts.unary = !stream_;
     facts.declaration_error = method.resolved.error;
     facts.destination_error = method.setup_error;
     std::string caller_key;
@@ -164,7 +165,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     const MethodPolicy& policy = method.resolved.policy;
     // Probed only when the answer matters: a call that may be retried.
-    if (MayRepeat(policy.idempotency) || facts.caller_keys == 1) {
+    if (facts.unary &&
+        (MayRepeat(policy.idempotency) || facts.caller_keys == 1)) {
       facts.callback_api = IsCallbackUnaryCall(batch, info_->client_context());
       // The CQ API hands the response object over only with Finish.
       const void* response = batch->GetRecvMessage();
@@ -228,7 +230,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         caller_metadata_.assign(md->begin(), md->end());
       }
       add_key = true;
-    } else if (factory_->give_up_hook()) {
+    } else if (factory_->give_up_hook() &&
+               batch->QueryInterceptionHookPoint(
+                   InterceptionHookPoints::PRE_SEND_MESSAGE)) {
       request_ = *batch->GetSerializedSendMessage();
     }
     if (add_key) md->emplace(HeaderString<kIdempotencyKeyHeader>(), key_);
@@ -250,9 +254,14 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       setup.metadata.assign(md->begin(), md->end());
     }
     setup.channel = batch->GetInterceptedChannel();
-    setup.rpc_method = &method_->RpcMethodFor(info_->channel());
-    // Taken, not copied: a hijacked call never sends its own message.
-    setup.request.Swap(batch->GetSerializedSendMessage());
+    if (stream_) {
+      call->MakeStream(StreamType(info_->type()),
+                       factory_->stream_buffer_bytes(), batch);
+    } else {
+      setup.rpc_method = &method_->RpcMethodFor(info_->channel());
+      // Taken, not copied: a hijacked call never sends its own message.
+      setup.request.Swap(batch->GetSerializedSendMessage());
+    }
     bool cancelled;
     {
       internal::MutexLock lock(&mu_);
@@ -374,8 +383,22 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
   }
 
+  // How a stream's attempts name their gRPC type.
+  static grpc::internal::RpcMethod::RpcType StreamType(ClientRpcInfo::Type t) {
+    switch (t) {
+      case ClientRpcInfo::Type::CLIENT_STREAMING:
+        return grpc::internal::RpcMethod::CLIENT_STREAMING;
+      case ClientRpcInfo::Type::SERVER_STREAMING:
+        return grpc::internal::RpcMethod::SERVER_STREAMING;
+      default:
+        return grpc::internal::RpcMethod::BIDI_STREAMING;
+    }
+  }
+
   ClientRpcInfo* const info_;
   const std::shared_ptr<const FactoryState> factory_;
+  // A streaming call (every type but UNARY).
+  const bool stream_ = info_->type() != ClientRpcInfo::Type::UNARY;
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   CallMode mode_ = CallMode::kPassThrough;

@@ -1,0 +1,419 @@
+// Copyright rpcguard authors.
+//
+// StreamFlow: see the header for the design.
+
+#include "rpcguard/internal/grpc/stream_flow.h"
+
+#include <utility>
+
+#include "rpcguard/channel.h"
+#include "rpcguard/internal/grpc/sending_scope.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+
+bool Has(InterceptorBatchMethods* b, InterceptionHookPoints point) {
+  return b->QueryInterceptionHookPoint(point);
+}
+
+grpc::ClientContext* ContextOf(const std::shared_ptr<void>& context) {
+  return static_cast<grpc::ClientContext*>(context.get());
+}
+
+}  // namespace
+
+void StreamAttempt::OnReadInitialMetadataDone(bool ok) {
+  flow_->OnHeaders(this, ok);
+}
+void StreamAttempt::OnReadDone(bool ok) { flow_->OnRead(this, ok); }
+void StreamAttempt::OnWriteDone(bool ok) { flow_->OnWrite(this, ok); }
+void StreamAttempt::OnWritesDoneDone(bool ok) {
+  flow_->OnWritesDone(this, ok);
+}
+void StreamAttempt::OnDone(const grpc::Status& status) {
+  flow_->OnDone(this, status);
+}
+
+StreamFlow::StreamFlow(StreamOwner* owner, std::string method,
+                       grpc::internal::RpcMethod::RpcType type,
+                       size_t buffer_limit)
+    : owner_(owner),
+      method_(std::move(method)),
+      rpc_method_(method_.c_str(), type),
+      buffer_limit_(buffer_limit) {}
+
+void StreamFlow::TakeFirstBatch(InterceptorBatchMethods* batch) {
+  const grpc::ByteBuffer* request =
+      Has(batch, InterceptionHookPoints::PRE_SEND_MESSAGE)
+          ? batch->GetSerializedSendMessage()
+          : nullptr;
+  const bool close = Has(batch, InterceptionHookPoints::PRE_SEND_CLOSE);
+  Actions a;
+  internal::MutexLock lock(&mu_);
+  TakeSendLocked(nullptr, request, close, a);
+}
+
+void StreamFlow::Serve(InterceptorBatchMethods* batch) {
+  const grpc::ByteBuffer* request =
+      Has(batch, InterceptionHookPoints::PRE_SEND_MESSAGE)
+          ? batch->GetSerializedSendMessage()
+          : nullptr;
+  const bool close = Has(batch, InterceptionHookPoints::PRE_SEND_CLOSE);
+  PendingRecv r{batch,
+                Has(batch, InterceptionHookPoints::PRE_RECV_INITIAL_METADATA),
+                Has(batch, InterceptionHookPoints::PRE_RECV_MESSAGE),
+                Has(batch, InterceptionHookPoints::PRE_RECV_STATUS)};
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (request != nullptr || close) {
+      TakeSendLocked(batch, request, close, a);
+    } else if (r.metadata || r.message || r.status) {
+      if (FillRecvLocked(r)) {
+        (r.status ? a.proceed_last : a.proceed).push_back(batch);
+      } else {
+        recvs_.push_back(r);
+      }
+    } else {
+      a.proceed.push_back(batch);  // a send-only batch's hijacked half
+    }
+    PumpLocked(a);
+  }
+  Run(a);
+}
+
+void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
+                                const grpc::ByteBuffer* request, bool close,
+                                Actions& a) {
+  if (outcome_ != nullptr) {
+    // The call is over: a write fails, as on a finished gRPC stream.
+    if (batch != nullptr) {
+      if (request != nullptr) batch->FailHijackedSendMessage();
+      a.proceed.push_back(batch);
+    }
+    return;
+  }
+  int64_t index = -1;
+  if (request != nullptr) {
+    const size_t size = request->Length();
+    if (!committed_ && bytes_ + size > buffer_limit_) {
+      // More than a replay may hold: this attempt, or the next if none
+      // runs, is the last.
+      if (current_ != nullptr && current_->bound_) {
+        CommitLocked(CommitReason::kBufferLimit, a);
+      } else {
+        commit_at_start_ = true;
+      }
+    }
+    // A reference to the same slices, not a copy of the bytes.
+    replay_.push_back(*request);
+    bytes_ += size;
+    if (bytes_ > peak_bytes_) peak_bytes_ = bytes_;
+    index = taken_++;
+  }
+  if (close) half_closed_ = true;
+  if (batch != nullptr) sends_.push_back(PendingSend{batch, index, close});
+}
+
+std::shared_ptr<EngineAttempt> StreamFlow::NewAttempt() {
+  auto attempt = std::make_shared<StreamAttempt>(this);
+  attempt->context = std::make_shared<grpc::ClientContext>();
+  return attempt;
+}
+
+void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
+                      grpc::ChannelInterface* channel) {
+  auto attempt = std::static_pointer_cast<StreamAttempt>(engine_attempt);
+  grpc::ClientContext* context = ContextOf(attempt->context);
+  grpc::internal::ClientCallbackReaderWriterFactory<
+      grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel, rpc_method_,
+                                                  context, attempt.get());
+  // The base hold: the stream stays open for the application's next
+  // request, which may come at any time. Released when the server's
+  // messages end, or when the attempt is cancelled.
+  attempt->AddHold();
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    current_ = attempt;
+    attempt->bound_ = true;
+    // Replays from the start: nothing is freed before the commit.
+    attempt->written_ = freed_;
+    if (commit_at_start_) {
+      commit_at_start_ = false;
+      CommitLocked(CommitReason::kBufferLimit, a);
+    }
+    PumpLocked(a);
+  }
+  Run(a);
+  // rpcguard's own call: an rpcguard interceptor below passes it through.
+  SendingScope sending(context);
+  attempt->StartCall();
+}
+
+void StreamFlow::Cancel(const std::shared_ptr<void>& context) {
+  if (context == nullptr) return;
+  ContextOf(context)->TryCancel();
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    StreamAttempt* attempt = current_.get();
+    // With no read in flight (a response read ahead and not yet taken) the
+    // stream would wait for the hold; cancelled, it has nothing to wait for.
+    if (attempt != nullptr && attempt->context == context &&
+        !attempt->hold_released_) {
+      attempt->hold_released_ = true;
+      a.attempt = attempt;
+      a.release_hold = true;
+    }
+  }
+  Run(a);
+}
+
+void StreamFlow::OnHeaders(StreamAttempt* attempt, bool ok) {
+  if (!ok) return;  // none, or trailers only: the end says the rest
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (attempt != current_.get() || outcome_ != nullptr) return;
+    if (!committed_) CommitLocked(CommitReason::kHeaders, a);
+    // Read here, where gRPC has just filled them.
+    CopyMetadata(ContextOf(attempt->context)->GetServerInitialMetadata(),
+                 &initial_metadata_);
+    metadata_ready_ = true;
+    DeliverLocked(a);
+    PumpLocked(a);
+  }
+  Run(a);
+}
+
+void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    attempt->reading_ = false;
+    if (!ok) {
+      attempt->read_end_ = true;
+      // Nothing more will be asked of this stream's server side: let it
+      // finish, and its status come.
+      if (!attempt->hold_released_) {
+        attempt->hold_released_ = true;
+        a.attempt = attempt;
+        a.release_hold = true;
+      }
+    }
+    if (attempt == current_.get() && outcome_ == nullptr) {
+      if (ok) {
+        if (!committed_) CommitLocked(CommitReason::kMessage, a);
+        next_.Swap(&attempt->read_buffer_);
+        attempt->read_buffer_.Clear();
+        has_next_ = true;
+      } else if (committed_) {
+        messages_ended_ = true;
+      }
+      DeliverLocked(a);
+      PumpLocked(a);
+    }
+  }
+  Run(a);
+}
+
+void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    attempt->writing_ = false;
+    if (ok) {
+      ++attempt->written_;
+    } else {
+      // The stream is failing; its end will say how.
+      attempt->write_failed_ = true;
+    }
+    if (attempt == current_.get() && outcome_ == nullptr) {
+      if (committed_) FreeWrittenLocked();
+      CompleteSendsLocked(a);
+      PumpLocked(a);
+    }
+  }
+  Run(a);
+}
+
+void StreamFlow::OnWritesDone(StreamAttempt* attempt, bool ok) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    if (ok) attempt->closed_ = true;
+    if (attempt == current_.get() && outcome_ == nullptr) {
+      CompleteSendsLocked(a);
+      PumpLocked(a);
+    }
+  }
+  Run(a);
+}
+
+void StreamFlow::OnDone(StreamAttempt* attempt, const grpc::Status& status) {
+  // Held until the engine has heard: it may let go of the attempt.
+  std::shared_ptr<StreamAttempt> self;
+  {
+    internal::MutexLock lock(&mu_);
+    if (attempt == current_.get()) self = std::move(current_);
+  }
+  owner_->OnStreamAttemptDone(attempt, status);
+}
+
+void StreamFlow::CommitLocked(CommitReason reason, Actions& a) {
+  committed_ = true;
+  a.commit = reason;
+  FreeWrittenLocked();
+}
+
+void StreamFlow::FreeWrittenLocked() {
+  const int64_t written = current_ == nullptr ? freed_ : current_->written_;
+  while (freed_ < written && !replay_.empty()) {
+    bytes_ -= replay_.front().Length();
+    replay_.pop_front();
+    ++freed_;
+  }
+}
+
+void StreamFlow::CompleteSendsLocked(Actions& a) {
+  const StreamAttempt* attempt = current_.get();
+  if (attempt == nullptr) return;
+  while (!sends_.empty()) {
+    const PendingSend& s = sends_.front();
+    if (s.message >= attempt->written_) break;
+    if (s.close && !attempt->closed_) break;
+    a.proceed.push_back(s.batch);
+    sends_.pop_front();
+  }
+}
+
+bool StreamFlow::FillRecvLocked(PendingRecv& r) {
+  if (r.metadata && metadata_ready_) {
+    AddMetadata(initial_metadata_, r.batch->GetRecvInitialMetadata());
+    r.metadata = false;
+  }
+  // A message after the metadata, as gRPC delivers them.
+  if (r.message && !r.metadata) {
+    if (has_next_) {
+      grpc::Status error;
+      if (!ParseResponse(next_, method_, r.batch->GetRecvMessage(), &error)) {
+        r.batch->FailHijackedRecvMessage();
+        if (parse_error_.ok()) parse_error_ = error;
+      }
+      next_.Clear();
+      has_next_ = false;
+      r.message = false;
+    } else if (messages_ended_ || outcome_ != nullptr) {
+      r.batch->FailHijackedRecvMessage();
+      r.message = false;
+    }
+  }
+  if (r.status && outcome_ != nullptr && !r.metadata && !r.message) {
+    const FinalOutcome& o = *outcome_;
+    *r.batch->GetRecvStatus() =
+        parse_error_.ok() || !o.status.ok() ? o.status : parse_error_;
+    auto* trailers = r.batch->GetRecvTrailingMetadata();
+    AddMetadata(o.trailing_metadata, trailers);
+    trailers->emplace(grpc::string_ref(kAttemptsTrailer),
+                      grpc::string_ref(o.attempts_text));
+    r.status = false;
+  }
+  return !r.metadata && !r.message && !r.status;
+}
+
+void StreamFlow::DeliverLocked(Actions& a) {
+  for (auto it = recvs_.begin(); it != recvs_.end();) {
+    if (FillRecvLocked(*it)) {
+      (it->batch->QueryInterceptionHookPoint(
+           InterceptionHookPoints::PRE_RECV_STATUS)
+           ? a.proceed_last
+           : a.proceed)
+          .push_back(it->batch);
+      it = recvs_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+void StreamFlow::PumpLocked(Actions& a) {
+  StreamAttempt* attempt = current_.get();
+  if (attempt == nullptr || !attempt->bound_ || attempt->hold_released_ ||
+      outcome_ != nullptr) {
+    return;
+  }
+  a.attempt = attempt;
+  if (!attempt->writing_ && !attempt->write_failed_ && !attempt->closing_) {
+    if (attempt->written_ < taken_) {
+      attempt->writing_ = true;
+      a.write = &replay_[attempt->written_ - freed_];
+      ++a.holds;
+    } else if (half_closed_) {
+      attempt->closing_ = true;
+      a.writes_done = true;
+      ++a.holds;
+    }
+  }
+  // One message ahead of the application: a response commits the call, and
+  // the stream's end is seen without waiting to be asked.
+  if (!attempt->reading_ && !attempt->read_end_ && !has_next_) {
+    attempt->reading_ = true;
+    a.read = true;
+    ++a.holds;
+  }
+  // Each operation started outside the lock keeps the stream open under it.
+  if (a.holds > 0) attempt->AddMultipleHolds(a.holds);
+}
+
+void StreamFlow::Run(Actions& a) {
+  if (a.commit.has_value()) owner_->OnCommit(*a.commit);
+  for (InterceptorBatchMethods* b : a.proceed) b->Proceed();
+  for (InterceptorBatchMethods* b : a.proceed_last) b->Proceed();
+  StreamAttempt* attempt = a.attempt;
+  if (attempt == nullptr) return;
+  if (a.write != nullptr) attempt->StartWrite(a.write);
+  if (a.writes_done) attempt->StartWritesDone();
+  if (a.read) attempt->StartRead(&attempt->read_buffer_);
+  for (int i = 0; i < a.holds; ++i) attempt->RemoveHold();
+  if (a.release_hold) attempt->RemoveHold();
+}
+
+void StreamFlow::Conclude(const FinalOutcome& outcome) {
+  Actions a;
+  {
+    internal::MutexLock lock(&mu_);
+    outcome_ = &outcome;
+    if (!metadata_ready_) {
+      initial_metadata_ = outcome.initial_metadata;
+      metadata_ready_ = true;
+    }
+    DeliverLocked(a);
+    // Requests never taken by an attempt fail; the rest are done.
+    for (const PendingSend& s : sends_) {
+      if (s.message >= 0) s.batch->FailHijackedSendMessage();
+      a.proceed.push_back(s.batch);
+    }
+    sends_.clear();
+    replay_.clear();
+    bytes_ = 0;
+  }
+  Run(a);
+}
+
+size_t StreamFlow::buffered_bytes() const {
+  internal::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+size_t StreamFlow::peak_buffered_bytes() const {
+  internal::MutexLock lock(&mu_);
+  return peak_bytes_;
+}
+
+}  // namespace internal
+}  // namespace rpcguard

@@ -1,0 +1,231 @@
+// Copyright rpcguard authors.
+//
+// StreamFlow: the streams of a hijacked streaming call (server-, client- or
+// bidi-streaming), between the application's batches and the attempts'
+// streams. The call's state machine stays the one engine's (call_engine.h):
+// this class is what a stream needs beyond a unary call's seam, and
+// HijackedCall delegates to it.
+//
+// Retried until it commits (gRFC A6): the requests the application has
+// written are kept for replay, and every attempt is a callback-API bidi
+// stream of serialized bytes on the channel below rpcguard that writes
+// them again, in order. The call commits to an attempt when the server's
+// response headers or a response message come, or when the requests
+// outgrow the replay buffer; from then on the attempt's end is the call's
+// (CallEngine::Commit), and the buffered requests are freed as soon as the
+// attempt has written them.
+//
+// The application's batches keep their meaning:
+//  - a write completes when the current attempt has taken it (its write
+//    completed), not when it is copied: a retry's replay holds the
+//    application's next write back, as a slow server would;
+//  - a read delivers the committed attempt's messages in order, exactly
+//    once; an attempt reads one message ahead of the application, to see a
+//    response (the commit) or the stream's end before being asked;
+//  - initial metadata is delivered at the commit (or at the call's end);
+//  - the status, with the trailers, when the engine concludes the call.
+//
+// Threads: application batches arrive on the application's threads,
+// attempt reactions on gRPC's callback threads. All state is under mu_,
+// which is never held while starting an operation on an attempt's stream
+// or proceeding an application batch (either may run a reaction inline).
+// An operation started outside the lock runs under a hold of its own on the
+// attempt's stream, so the stream cannot finish under it.
+
+#ifndef RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
+#define RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/client_callback.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
+#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/grpc/factory_state.h"
+#include "rpcguard/internal/grpc/final_outcome.h"
+
+namespace rpcguard {
+namespace internal {
+
+class StreamFlow;
+
+// What a StreamFlow tells the call it belongs to (HijackedCall).
+class StreamOwner {
+ public:
+  virtual ~StreamOwner() = default;
+  // The call committed to its current attempt.
+  virtual void OnCommit(CommitReason reason) = 0;
+  // The attempt's stream finished with `status` (its context's trailers are
+  // readable); the engine hears of it now.
+  virtual void OnStreamAttemptDone(EngineAttempt* attempt,
+                                   grpc::Status status) = 0;
+};
+
+// One attempt of a stream: the engine's attempt and the reactor of its
+// stream. Its fields are the flow's, under the flow's lock.
+class StreamAttempt final
+    : public EngineAttempt,
+      public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit StreamAttempt(StreamFlow* flow) : flow_(flow) {}
+
+  void OnReadInitialMetadataDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnWritesDoneDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  friend class StreamFlow;
+  StreamFlow* const flow_;
+  grpc::ByteBuffer read_buffer_;
+  bool bound_ = false;     // its stream exists (StartCall may come)
+  bool reading_ = false;   // a read in flight
+  bool read_end_ = false;  // the server's messages ended
+  bool writing_ = false;   // a write in flight, of message `written_`
+  bool write_failed_ = false;
+  bool closing_ = false;  // WritesDone started
+  bool closed_ = false;   // and done
+  bool hold_released_ = false;  // the base hold: no operation after it
+  int64_t written_ = 0;         // messages it has written, counted from 0
+};
+
+class StreamFlow {
+ public:
+  // `method` names the method in messages; `type` is the call's
+  // (ClientRpcInfo); `buffer_limit`: bytes of requests kept for replay
+  // before the call commits.
+  StreamFlow(StreamOwner* owner, std::string method,
+             grpc::internal::RpcMethod::RpcType type, size_t buffer_limit);
+  StreamFlow(const StreamFlow&) = delete;
+  StreamFlow& operator=(const StreamFlow&) = delete;
+
+  // The call's first batch (before Hijack): its message and half-close, if
+  // it has them, are the first requests.
+  void TakeFirstBatch(grpc::experimental::InterceptorBatchMethods* batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A later batch of the application's call: its send half (PRE_SEND_*
+  // hooks), its receive half (PRE_RECV_* hooks, hijacked), or an empty one.
+  // Proceeded when done.
+  void Serve(grpc::experimental::InterceptorBatchMethods* batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // CallIo, for HijackedCall.
+  std::shared_ptr<EngineAttempt> NewAttempt();
+  // Starts the attempt's stream on `channel`; its context is prepared.
+  void Send(const std::shared_ptr<EngineAttempt>& attempt,
+            grpc::ChannelInterface* channel) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels the attempt whose context this is.
+  void Cancel(const std::shared_ptr<void>& context) ABSL_LOCKS_EXCLUDED(mu_);
+  // The call is decided: every batch waiting, and every later one, is
+  // served from `outcome`, which outlives the flow.
+  void Conclude(const FinalOutcome& outcome) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Bytes of requests held for replay now (a test's window on the buffer).
+  size_t buffered_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Requests and their bytes buffered at the most, for stats and tests.
+  size_t peak_buffered_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class StreamAttempt;
+
+  // An application batch's send half, waiting for the attempt to take it.
+  struct PendingSend {
+    grpc::experimental::InterceptorBatchMethods* batch;
+    int64_t message;  // its request's index, or -1
+    bool close;       // WritesDone
+  };
+  // An application batch's receive half.
+  struct PendingRecv {
+    grpc::experimental::InterceptorBatchMethods* batch;
+    bool metadata, message, status;
+  };
+  // What to do outside mu_, in this order.
+  struct Actions {
+    std::optional<CommitReason> commit;
+    absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>
+        proceed;
+    // The status batches, proceeded last: they complete the call.
+    absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>
+        proceed_last;
+    StreamAttempt* attempt = nullptr;  // for the operations below
+    const grpc::ByteBuffer* write = nullptr;
+    bool writes_done = false;
+    bool read = false;
+    int holds = 0;  // one per operation above, added under mu_
+    bool release_hold = false;
+  };
+
+  void OnHeaders(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRead(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnWrite(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnWritesDone(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDone(StreamAttempt* a, const grpc::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Takes a send half: `request` (may be null) then the half-close;
+  // `batch` (null for the first, which Hijack() completes) proceeds once
+  // the current attempt has taken them.
+  void TakeSendLocked(grpc::experimental::InterceptorBatchMethods* batch,
+                      const grpc::ByteBuffer* request, bool close, Actions& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits to the current attempt (its headers are copied when they come).
+  void CommitLocked(CommitReason reason, Actions& a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes what the current attempt's progress allows.
+  void CompleteSendsLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeliverLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the requests the committed attempt has written.
+  void FreeWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current attempt's next operations.
+  void PumpLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills the receive half `r` as far as it can; true when complete.
+  bool FillRecvLocked(PendingRecv& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run(Actions& a) ABSL_LOCKS_EXCLUDED(mu_);
+
+  StreamOwner* const owner_;
+  const std::string method_;
+  const grpc::internal::RpcMethod rpc_method_;
+  const size_t buffer_limit_;
+
+  mutable internal::Mutex mu_;
+  // Requests kept for replay: indexes [freed_, taken_).
+  std::deque<grpc::ByteBuffer> replay_ ABSL_GUARDED_BY(mu_);
+  int64_t freed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<PendingSend> sends_ ABSL_GUARDED_BY(mu_);
+  std::deque<PendingRecv> recvs_ ABSL_GUARDED_BY(mu_);
+
+  std::shared_ptr<StreamAttempt> current_ ABSL_GUARDED_BY(mu_);
+  bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  // The requests outgrew the buffer while no attempt ran: the next commits.
+  bool commit_at_start_ ABSL_GUARDED_BY(mu_) = false;
+  Metadata initial_metadata_ ABSL_GUARDED_BY(mu_);
+  bool metadata_ready_ ABSL_GUARDED_BY(mu_) = false;
+  // The committed attempt's message read ahead of the application.
+  grpc::ByteBuffer next_ ABSL_GUARDED_BY(mu_);
+  bool has_next_ ABSL_GUARDED_BY(mu_) = false;
+  bool messages_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // A response the application's object could not take: the call's status.
+  grpc::Status parse_error_ ABSL_GUARDED_BY(mu_);
+  const FinalOutcome* outcome_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
