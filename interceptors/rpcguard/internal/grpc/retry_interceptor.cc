@@ -59,8 +59,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       OnCancel();
       return;  // gRPC continues a cancel batch by itself.
     }
-    if (batch->QueryInterceptionHookPoint(
-            InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+    // Only the first batch's: gRPC's CQ-async writers reuse one batch for
+    // the initial metadata and every write, and a hijacked call never
+    // clears its metadata op, so later writes show the hook again.
+    if (!started_ && batch->QueryInterceptionHookPoint(
+                         InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      started_ = true;
       if (SendingScope::IsSending(info_->client_context())) {
         // rpcguard's own call, come back to rpcguard (sending_scope.h):
         // it is already an attempt.
@@ -402,6 +406,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // Written by the first batch before Hijack()/Proceed(); later batches of
   // the same call are ordered after it by gRPC.
   CallMode mode_ = CallMode::kPassThrough;
+  bool started_ = false;  // the first batch was seen
   CallPlan plan_;
   // The method's state, or, until its first call resolves it, its name.
   const MethodState* method_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include "rpcguard/internal/grpc/stream_flow.h"
 
+#include <atomic>
 #include <utility>
 
 #include "rpcguard/channel.h"
@@ -23,6 +24,9 @@ bool Has(InterceptorBatchMethods* b, InterceptionHookPoints point) {
 grpc::ClientContext* ContextOf(const std::shared_ptr<void>& context) {
   return static_cast<grpc::ClientContext*>(context.get());
 }
+
+// Every flow's buffered bytes (StreamBytesBuffered).
+std::atomic<int64_t> g_buffered{0};
 
 }  // namespace
 
@@ -112,6 +116,7 @@ void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
     // A reference to the same slices, not a copy of the bytes.
     replay_.push_back(*request);
     bytes_ += size;
+    g_buffered.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
     if (bytes_ > peak_bytes_) peak_bytes_ = bytes_;
     index = taken_++;
   }
@@ -274,7 +279,9 @@ void StreamFlow::CommitLocked(CommitReason reason, Actions& a) {
 void StreamFlow::FreeWrittenLocked() {
   const int64_t written = current_ == nullptr ? freed_ : current_->written_;
   while (freed_ < written && !replay_.empty()) {
-    bytes_ -= replay_.front().Length();
+    const size_t size = replay_.front().Length();
+    bytes_ -= size;
+    g_buffered.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
     replay_.pop_front();
     ++freed_;
   }
@@ -400,9 +407,20 @@ void StreamFlow::Conclude(const FinalOutcome& outcome) {
     }
     sends_.clear();
     replay_.clear();
+    g_buffered.fetch_sub(static_cast<int64_t>(bytes_),
+                         std::memory_order_relaxed);
     bytes_ = 0;
   }
   Run(a);
+}
+
+int64_t StreamBytesBuffered() {
+  return g_buffered.load(std::memory_order_relaxed);
+}
+
+StreamFlow::~StreamFlow() {
+  internal::MutexLock lock(&mu_);
+  g_buffered.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);
 }
 
 size_t StreamFlow::buffered_bytes() const {

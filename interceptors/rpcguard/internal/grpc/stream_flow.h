@@ -59,6 +59,10 @@ namespace internal {
 
 class StreamFlow;
 
+// Bytes of requests held for replay by every streaming call of the process
+// now: for tests, and a gauge for operators.
+int64_t StreamBytesBuffered();
+
 // What a StreamFlow tells the call it belongs to (HijackedCall).
 class StreamOwner {
  public:
@@ -87,6 +91,10 @@ class StreamAttempt final
 
  private:
   friend class StreamFlow;
+
+// Bytes of requests held for replay by every streaming call of the process
+// now: for tests, and a gauge for operators.
+int64_t StreamBytesBuffered();
   StreamFlow* const flow_;
   grpc::ByteBuffer read_buffer_;
   bool bound_ = false;     // its stream exists (StartCall may come)
@@ -107,6 +115,7 @@ class StreamFlow {
   // before the call commits.
   StreamFlow(StreamOwner* owner, std::string method,
              grpc::internal::RpcMethod::RpcType type, size_t buffer_limit);
+  ~StreamFlow();
   StreamFlow(const StreamFlow&) = delete;
   StreamFlow& operator=(const StreamFlow&) = delete;
 
