@@ -197,8 +197,7 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
                      {pb::MethodDescriptorProto::kOptionsFieldNumber,
                       ::rpcguard::v1::kMethodFieldNumber}),
              std::string(error.message())});
-      } else if (!linted.streaming &&
-                 config.Resolve(method).sources[kIdempotencyIndex] ==
+      } else if (config.Resolve(method).sources[kIdempotencyIndex] ==
                      PolicySource::kDefault) {
         report->problems.push_back(
             {linted.place,

@@ -62,7 +62,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
       return absl::InvalidArgumentError(
           "the channel's service config has a retryPolicy: gRPC's built-in "
           "retries would run inside every rpcguard attempt and multiply "
-          "attempts; move the policy into rpcguard's Config instead, or set "
+          "attempts, for unary and streaming methods alike (rpcguard retries "
+          "a stream until it commits, as gRPC does); move the policy into "
+          "rpcguard's Config instead, or set "
           "Options::allow_grpc_retry_policy");
     }
   }

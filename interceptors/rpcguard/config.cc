@@ -176,16 +176,6 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
                         const google::protobuf::MethodDescriptor* method) {
   std::string out = absl::StrCat(full_method, "\n");
   const absl::string_view streaming = StreamingKind(method);
-  if (!streaming.empty()) {
-    // PlanCall passes streaming calls through before it looks at the
-    // policy or its error: neither changes what happens to them.
-    if (!r.error.ok()) {
-      absl::StrAppend(&out, "  error: ", r.error.message(), "\n");
-    }
-    absl::StrAppend(&out, "  => ", streaming,
-                    ": passed through, never retried or hedged\n");
-    return out;
-  }
   const MethodPolicy& p = r.policy;
   if (!r.error.ok()) {
     absl::StrAppend(&out, "  error: ", r.error.message(),
@@ -193,16 +183,32 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
   }
   const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
   const PolicySource hedging_source = r.sources[kFieldIndexHedging];
+  const bool hedging_for_method =
+      hedging_source == PolicySource::kConfigMethod ||
+      hedging_source == PolicySource::kProtoMethod;
   const bool hedged =
-      MayHedge(p, p.idempotency,
-               hedging_source == PolicySource::kConfigMethod ||
-                   hedging_source == PolicySource::kProtoMethod);
+      streaming.empty() && MayHedge(p, p.idempotency, hedging_for_method);
   auto duration = [](absl::Duration d) {
     return d == absl::InfiniteDuration() ? std::string("none")
                                          : absl::FormatDuration(d);
   };
   std::string verdict = "tried once";
-  if (hedged) {
+  if (!streaming.empty()) {
+    // PlanCall's rules for streams (call_plan.cc).
+    if (p.hedging.has_value() && hedging_for_method) {
+      verdict = absl::StrCat(
+          streaming,
+          ": calls fail (FAILED_PRECONDITION): its hedgingPolicy is for "
+          "this method, and rpcguard does not hedge streams");
+    } else if (may_repeat) {
+      verdict = absl::StrCat(
+          streaming, ": retried until it commits (a response or its headers "
+          "came, or the requests outgrew the replay buffer), up to ",
+          p.retry.max_attempts, " attempts");
+    } else {
+      verdict = absl::StrCat(streaming, ": sent once");
+    }
+  } else if (hedged) {
     verdict =
         absl::StrCat("hedged, up to ", p.hedging->max_attempts,
                      " copies, the next after ", duration(p.hedging->delay));

@@ -49,8 +49,36 @@ std::vector<Row> Table() {
   {
     CallFacts f = Callback();
     f.unary = false;
-    rows.push_back({"StreamingPassesThrough", reads, f, CallMode::kPassThrough,
-                    Idempotency::kUnknown, false});
+    // Retried until it commits: hijacked, never riding.
+    rows.push_back({"StreamingRetriedIsHijacked", reads, f, CallMode::kHijack,
+                    Idempotency::kNoSideEffects, true});
+  }
+  {
+    CallFacts f = Callback();
+    f.unary = false;
+    rows.push_back({"UndeclaredStreamIsSentOnce", undeclared, f,
+                    CallMode::kMetadataOnly, Idempotency::kUnknown, false});
+  }
+  {
+    CallFacts f = Callback();
+    f.unary = false;
+    f.hedging_for_method = true;
+    MethodPolicy hedged = reads;
+    hedged.hedging.emplace();
+    rows.push_back({"StreamWithItsOwnHedgingPolicyFailsFast", hedged, f,
+                    CallMode::kFailFast, Idempotency::kNoSideEffects, true,
+                    grpc::StatusCode::FAILED_PRECONDITION,
+                    "rpcguard: a hedgingPolicy names this streaming method, "
+                    "and rpcguard does not hedge streams; give it a "
+                    "retryPolicy instead"});
+  }
+  {
+    CallFacts f = Callback();
+    f.unary = false;
+    MethodPolicy hedged = reads;
+    hedged.hedging.emplace();  // a default's: retried instead
+    rows.push_back({"StreamUnderADefaultHedgingPolicyIsRetried", hedged, f,
+                    CallMode::kHijack, Idempotency::kNoSideEffects, true});
   }
   {
     CallFacts f = Callback();
