@@ -224,6 +224,20 @@ TEST(LintTest, StreamingRpcsAreListedAsSuchAndRetriedWhenDeclared) {
   EXPECT_EQ(ProblemsOf(report, "lint.cases.v1.Cases.Chat").size(), 1u);
 }
 
+TEST(LintTest, AHedgingPolicyForAStreamingMethodIsAProblem) {
+  const Config config = MustParse(R"({"methodConfig": [
+    {"name": [{"service": "lint.cases.v1.Cases", "method": "Watch"}],
+     "hedgingPolicy": {"maxAttempts": 2, "hedgingDelay": "0.1s"}}]})");
+  const LintReport report = MustLint({SetFile(kCasesSet)}, config);
+  const std::vector<LintProblem> p =
+      ProblemsOf(report, "lint.cases.v1.Cases.Watch");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(p[0].message, "does not hedge streams"));
+  EXPECT_TRUE(absl::StrContains(
+      Method(report, "/lint.cases.v1.Cases/Watch").explanation,
+      "server streaming: calls fail (FAILED_PRECONDITION)"));
+}
+
 TEST(LintTest, ImportedFilesAreReadAndLinted) {
   const LintReport report = MustLint({SetFile(kCasesSet)});
   const LintedMethod get = Method(report, "/lint.imported.v1.Catalog/Get");

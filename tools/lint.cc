@@ -20,6 +20,15 @@
 namespace rpcguard {
 namespace {
 
+// The method's hedgingPolicy was written for it (its own JSON entry or
+// method option), which is what makes a stream's calls fail (PlanCall).
+bool HedgedForItself(const ResolvedPolicy& r) {
+  const PolicySource source = r.sources[kFieldIndexHedging];
+  return r.policy.hedging.has_value() &&
+         (source == PolicySource::kConfigMethod ||
+          source == PolicySource::kProtoMethod);
+}
+
 namespace pb = ::google::protobuf;
 
 // A file of the sets, and the set it was first read from.
@@ -197,6 +206,14 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
                      {pb::MethodDescriptorProto::kOptionsFieldNumber,
                       ::rpcguard::v1::kMethodFieldNumber}),
              std::string(error.message())});
+      } else if (linted.streaming && HedgedForItself(config.Resolve(method))) {
+        report->problems.push_back(
+            {linted.place,
+             absl::StrCat(method.full_name(),
+                          ": a hedgingPolicy is written for this streaming "
+                          "method, and rpcguard does not hedge streams: its "
+                          "calls fail with FAILED_PRECONDITION; give it a "
+                          "retryPolicy instead")});
       } else if (config.Resolve(method).sources[kIdempotencyIndex] ==
                      PolicySource::kDefault) {
         report->problems.push_back(

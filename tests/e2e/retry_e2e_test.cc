@@ -720,7 +720,8 @@ class RetryE2EOtherTest : public ::testing::Test {
   FaultServer server_;
 };
 
-TEST_F(RetryE2EOtherTest, StreamingPassesThrough) {
+// An undeclared stream is sent once, as before streams were retried.
+TEST_F(RetryE2EOtherTest, UndeclaredStreamIsSentOnce) {
   auto stub = FaultService::NewStub(MakeChannel());
   grpc::ClientContext ctx;
   FaultRequest req;

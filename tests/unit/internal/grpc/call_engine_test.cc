@@ -227,6 +227,40 @@ TEST_F(CallEngineTest, AFatalFailureEndsTheCallAtOnce) {
   EXPECT_TRUE(io_.Active(TimerKind::kNext).empty());
 }
 
+// A stream that committed to its attempt ends with that attempt: the
+// failure that would have been retried gives up, and the line says why.
+TEST_F(CallEngineTest, ACommittedCallEndsWithItsAttempt) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  ASSERT_EQ(io_.sent.size(), 2u);
+  engine_->Commit(CommitReason::kHeaders);
+  engine_->Commit(CommitReason::kMessage);  // the first counts
+  EXPECT_TRUE(engine_->committed());
+  End(2, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.sent.size(), 2u);
+  EXPECT_TRUE(io_.Active(TimerKind::kNext).empty());
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCommitted);
+  EXPECT_EQ(io_.terminal.commit, "headers");
+  EXPECT_EQ(lines_.back().commit, "headers");
+}
+
+// A commit changes nothing of a success, nor of a fatal failure, but the
+// line.
+TEST_F(CallEngineTest, ACommittedCallsFatalFailureIsFatal) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  engine_->Commit(CommitReason::kBufferLimit);
+  End(1, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kFatal);
+  EXPECT_EQ(io_.terminal.commit, "buffer_limit");
+}
+
 TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
   Make(kRetry);
   NewCall();
