@@ -23,9 +23,9 @@
 // rpcguard's interceptor takes the entry out of every call at its first
 // batch, before anything is sent, whatever the call's kind (sync, CQ-async,
 // callback; unary or streaming) and however rpcguard runs it; no server of a
-// channel with rpcguard sees it. Nothing else changes on the wire. A stream
-// has the entry removed and the policy ignored: rpcguard does not retry
-// streams.
+// channel with rpcguard sees it. Nothing else changes on the wire. A stream,
+// or a call marked pass-through (MarkPassThrough), has the entry removed and
+// the policy ignored, malformed or not: rpcguard does not retry either.
 //
 // On a channel WITHOUT rpcguard's interceptor nothing takes the entry out:
 // it reaches the server as ordinary metadata (e.g. "rpcguard-call-policy:

@@ -82,7 +82,9 @@ class CallPolicyE2ETest : public ::testing::TestWithParam<StubKind> {
                      std::chrono::seconds(10));
     if (!caller_key.empty()) ctx.AddMetadata("idempotency-key", caller_key);
     ctx.AddMetadata("x-app", "kept");
-    if (call != nullptr) EXPECT_TRUE(SetCallPolicy(&ctx, *call).ok());
+    if (call != nullptr) {
+      EXPECT_TRUE(SetCallPolicy(&ctx, *call).ok());
+    }
     FaultReply reply;
     return StartCall(GetParam(), stub != nullptr ? stub : stub_.get(), m, &ctx,
                      req, &reply)
