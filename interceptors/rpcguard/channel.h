@@ -55,6 +55,9 @@ inline constexpr char kIdempotencyKeyHeader[] = "idempotency-key";
 inline constexpr char kAttemptHeader[] = "rpcguard-attempt";
 inline constexpr char kAttemptsTrailer[] = "rpcguard-attempts";
 inline constexpr char kPassThroughHeader[] = "rpcguard-passthrough";
+// Carries SetCallPolicy's override (call_policy.h); taken out of the call
+// before anything is sent.
+inline constexpr char kCallPolicyHeader[] = "rpcguard-call-policy";
 inline constexpr char kPushbackTrailer[] = "grpc-retry-pushback-ms";
 
 // What a CredentialRefresher hands back for the one retry after an

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "rpcguard/config_reader.h"  // private to :config
 #include "rpcguard/decision/call_plan.h"
+#include "rpcguard/observability/trace.h"
 #include "rpcguard/policy_fields.h"  // private to :config
 #include "rpcguard/proto_options.h"
 
@@ -170,12 +171,40 @@ absl::string_view StreamingKind(const google::protobuf::MethodDescriptor* m) {
   return "";
 }
 
-// Explain()'s text for `full_method`, resolved as `r`; `method` is its
-// descriptor when known.
-std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
-                        const google::protobuf::MethodDescriptor* method) {
+// The rows (PolicyFieldIndex bits) whose value a call's `call` changes for a
+// method of policy `p`.
+uint32_t FieldsSetBy(const CallPolicy& call, const MethodPolicy& p) {
+  uint32_t fields = 0;
+  if (call.max_attempts || call.initial_backoff || call.max_backoff ||
+      call.backoff_multiplier) {
+    fields |= kFieldRetry;
+  }
+  if (call.jitter) fields |= kFieldJitter;
+  if (call.per_attempt_timeout) fields |= kFieldPerAttemptTimeout;
+  if (call.hedging || (call.max_attempts && p.hedging)) fields |= kFieldHedging;
+  return fields;
+}
+
+// Explain()'s text for `full_method`, resolved as `resolved`; `method` is its
+// descriptor when known, `call` the call's own policy if it has one.
+std::string Explanation(absl::string_view full_method,
+                        const ResolvedPolicy& resolved,
+                        const google::protobuf::MethodDescriptor* method,
+                        const CallPolicy* call = nullptr) {
+  ResolvedPolicy r = resolved;
+  uint32_t call_fields = 0;
   std::string out = absl::StrCat(full_method, "\n");
   const absl::string_view streaming = StreamingKind(method);
+  if (call != nullptr) {
+    absl::StatusOr<MethodPolicy> applied = ApplyCallPolicy(r.policy, *call);
+    if (!applied.ok()) {
+      absl::StrAppend(&out, "  call policy error: ", applied.status().message(),
+                      " (the call fails with INVALID_ARGUMENT)\n");
+      return out;
+    }
+    call_fields = FieldsSetBy(*call, r.policy);
+    r.policy = *std::move(applied);
+  }
   const MethodPolicy& p = r.policy;
   if (!r.error.ok()) {
     absl::StrAppend(&out, "  error: ", r.error.message(),
@@ -184,8 +213,9 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
   const bool may_repeat = MayRepeat(p.idempotency) && p.retry.max_attempts > 1;
   const PolicySource hedging_source = r.sources[kFieldIndexHedging];
   const bool hedging_for_method =
-      hedging_source == PolicySource::kConfigMethod ||
-      hedging_source == PolicySource::kProtoMethod;
+      HedgingForMethod(hedging_source == PolicySource::kConfigMethod ||
+                           hedging_source == PolicySource::kProtoMethod,
+                       call);
   const bool hedged =
       streaming.empty() && MayHedge(p, p.idempotency, hedging_for_method);
   auto duration = [](absl::Duration d) {
@@ -231,27 +261,54 @@ std::string Explanation(absl::string_view full_method, const ResolvedPolicy& r,
   for (const PolicyFieldRow& row : PolicyFieldRows()) {
     absl::StrAppendFormat(&out, "  %-18s %s  [%s]\n",
                           absl::StrCat(row.name, ":"), row.explain(p),
-                          PolicySourceName(r.sources[row.index]));
+                          call_fields & (1u << row.index)
+                              ? absl::string_view("call policy")
+                              : PolicySourceName(r.sources[row.index]));
+  }
+  if (call != nullptr && call->trace_verbosity) {
+    absl::StrAppendFormat(
+        &out, "  %-18s %s  [call policy]\n",
+        "traceVerbosity:", TraceVerbosityName(*call->trace_verbosity));
   }
   return out;
 }
 
 }  // namespace
 
-std::string Config::Explain(absl::string_view full_method) const {
+namespace {
+
+// The generated pool's descriptor of `full_method`, or null.
+const google::protobuf::MethodDescriptor* GeneratedMethod(
+    absl::string_view full_method) {
   absl::string_view service_name;
   absl::string_view method_name;
-  if (SplitMethodPath(full_method, &service_name, &method_name)) {
-    const google::protobuf::ServiceDescriptor* service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-            std::string(service_name));
-    const google::protobuf::MethodDescriptor* method =
-        service == nullptr
-            ? nullptr
-            : service->FindMethodByName(std::string(method_name));
-    if (method != nullptr) return Explain(*method);
+  if (!SplitMethodPath(full_method, &service_name, &method_name)) {
+    return nullptr;
   }
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          std::string(service_name));
+  return service == nullptr
+             ? nullptr
+             : service->FindMethodByName(std::string(method_name));
+}
+
+}  // namespace
+
+std::string Config::Explain(absl::string_view full_method) const {
+  const google::protobuf::MethodDescriptor* method =
+      GeneratedMethod(full_method);
+  if (method != nullptr) return Explain(*method);
   return Explanation(full_method, Resolve(full_method), nullptr);
+}
+
+std::string Config::Explain(absl::string_view full_method,
+                            const CallPolicy& call) const {
+  const google::protobuf::MethodDescriptor* method =
+      GeneratedMethod(full_method);
+  return Explanation(
+      full_method, method != nullptr ? Resolve(*method) : Resolve(full_method),
+      method, &call);
 }
 
 std::string Config::Explain(

@@ -60,6 +60,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "rpcguard/decision/call_policy.h"
 #include "rpcguard/decision/policy.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
@@ -192,6 +193,14 @@ class Config {
   // (see Resolve(method)). A streaming method is said to be one: retried
   // until it commits when its policy retries it, never hedged.
   std::string Explain(const google::protobuf::MethodDescriptor& method) const;
+
+  // Explain(full_method) for a call that sets `call` (SetCallPolicy,
+  // call_policy.h): the policy that call would run under, each setting
+  // `call` changes marked "[call policy]", and its trace verbosity if it
+  // sets one. A `call` the call would fail with says so, with the
+  // INVALID_ARGUMENT's message, and nothing more.
+  std::string Explain(absl::string_view full_method,
+                      const CallPolicy& call) const;
 
   // Sets the policy of one method, service or the default from code, in the
   // same precedence as JSON names (`service` empty = default; `method` empty

@@ -7,6 +7,8 @@
 //   channel.h              CreateChannel, MakeInterceptorFactory, Options,
 //                          MarkPassThrough, CredentialRefresher, the
 //                          metadata names, DefaultStats
+//   call_policy.h          SetCallPolicy and CallPolicy: a policy for one
+//                          call, in place of its method's
 //   config.h               Config (JSON and .proto declarations), Explain,
 //                          MethodPolicy and its parts
 //   destination/registry.h BreakerRegistry and its options; CircuitBreaker
@@ -29,6 +31,7 @@
     "rpcguard needs C++17: with Bazel, add `build --cxxopt=-std=c++17 --host_cxxopt=-std=c++17` to your .bazelrc; otherwise compile with -std=c++17"
 #endif
 
+#include "rpcguard/call_policy.h"           // IWYU pragma: export
 #include "rpcguard/channel.h"               // IWYU pragma: export
 #include "rpcguard/clock.h"                 // IWYU pragma: export
 #include "rpcguard/config.h"                // IWYU pragma: export

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -867,6 +868,51 @@ TEST_F(StreamE2ETest, AttemptsRunOut) {
   EXPECT_EQ(server_.attempts().size(), 3u);
   EXPECT_EQ(o.attempts_trailer, "3");
   EXPECT_EQ(Terminal().reason, GiveUpReason::kMaxAttempts);
+}
+
+// A policy for one call (SetCallPolicy) applies to streams too.
+TEST_F(StreamE2ETest, ACallPolicyOfOneAttemptIsNotRetried) {
+  server_.FailBefore(1);
+  Connect(Config());
+  for (Stub kind : {Stub::kSync, Stub::kAsync, Stub::kCallback}) {
+    SCOPED_TRACE(Name(kind));
+    server_.FailBefore(static_cast<int>(server_.attempts().size()) + 1);
+    const size_t before = server_.attempts().size();
+    grpc::ClientContext ctx;
+    CallPolicy call;
+    call.max_attempts = 1;
+    ASSERT_TRUE(SetCallPolicy(&ctx, call).ok());
+    const Outcome o = Call(kind, stub_.get(), &ctx, Shape::kBidi, kRequests);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(server_.attempts().size(), before + 1);
+  }
+}
+
+TEST_F(StreamE2ETest, ACallPolicyCannotHedgeAStream) {
+  Connect(Config());
+  grpc::ClientContext ctx;
+  CallPolicy call;
+  call.hedging = true;
+  (void)SetCallPolicy(&ctx, call);  // refused when the call starts
+  const Outcome o =
+      Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {2});
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(o.status.error_message(), "CallPolicy.hedging"))
+      << o.status.error_message();
+  EXPECT_TRUE(server_.attempts().empty());
+}
+
+TEST_F(StreamE2ETest, ACallPolicyCannotMakeAnUndeclaredStreamRetriable) {
+  server_.FailBefore(1);
+  Connect(Config());
+  grpc::ClientContext ctx;
+  CallPolicy call;
+  call.max_attempts = 5;
+  ASSERT_TRUE(SetCallPolicy(&ctx, call).ok());
+  const Outcome o = SyncCall(stub_.get(), &ctx, Shape::kBidi, kRequests,
+                             /*unsafe=*/true);
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server_.attempts().size(), 1u);
 }
 
 }  // namespace

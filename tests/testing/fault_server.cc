@@ -91,6 +91,16 @@ class FaultServer::Impl final
       FaultReply reply_;
       int sent_ = 0;
     };
+    {
+      // Recorded like a unary attempt's metadata, so that tests can assert
+      // what a stream carried.
+      absl::MutexLock lock(&mu_);
+      OpRecord& op = ops_[req->op_id()];
+      ++op.attempts;
+      for (const auto& [k, v] : ctx->client_metadata()) {
+        op.metadata_keys.emplace(k.data(), k.size());
+      }
+    }
     return new Writer(*req);
   }
 
@@ -172,6 +182,9 @@ class FaultServer::Impl final
       const grpc::string_ref authority = ctx->ExperimentalGetAuthority();
       op.authorities.emplace_back(authority.data(), authority.size());
       op.deadlines.push_back(absl::FromChrono(ctx->deadline()));
+      for (const auto& [k, v] : ctx->client_metadata()) {
+        op.metadata_keys.emplace(k.data(), k.size());
+      }
       unauthenticated =
           !req->require_token().empty() &&
           Header(ctx, "authorization") != "Bearer " + req->require_token();

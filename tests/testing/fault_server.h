@@ -32,6 +32,9 @@ struct OpRecord {
   std::vector<std::string> authorities;      // :authority per attempt
   std::vector<absl::Time> deadlines;  // each attempt's deadline as received
   int side_effects = 0;  // Create/Charge side effects actually applied
+  // Every metadata key any attempt carried (gRPC's own pseudo-headers and
+  // "grpc-" keys included as gRPC shows them to a server).
+  std::set<std::string> metadata_keys;
 };
 
 class FaultServer {

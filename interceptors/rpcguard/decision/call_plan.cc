@@ -60,6 +60,11 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
         plan, grpc::StatusCode::FAILED_PRECONDITION,
         absl::StrCat("rpcguard: ", facts.destination_error.message()));
   }
+  if (!facts.call_policy_error.ok()) {
+    return FailFast(plan, grpc::StatusCode::INVALID_ARGUMENT,
+                    absl::StrCat("rpcguard: bad call policy: ",
+                                 facts.call_policy_error.message()));
+  }
   if (facts.caller_keys > 1) {
     return FailFast(plan, grpc::StatusCode::INVALID_ARGUMENT,
                     "rpcguard: more than one idempotency-key metadata value "

@@ -50,6 +50,10 @@ struct CallFacts {
   // The method's shared destination state could not be set up (two channels
   // disagreeing about one breaker's options).
   absl::Status destination_error;
+  // The call's own CallPolicy (call_policy.h) is malformed or invalid for
+  // the method: the call fails with INVALID_ARGUMENT before anything is
+  // sent, rather than run under a policy its caller did not ask for.
+  absl::Status call_policy_error;
   // How many `idempotency-key` values the caller put on the call, and the
   // first of them.
   int caller_keys = 0;
@@ -98,13 +102,13 @@ bool MayHedge(const MethodPolicy& policy, Idempotency idempotency,
 
 // Decides how a call of a method with `policy` is run. Checks, in order:
 // pass-through (nothing else matters), the declaration, the destination, the
-// caller's key (a call that cannot be sent safely fails before anything is
-// sent), then the mode: a call that may be retried rides when it can,
-// otherwise it is hijacked; a methodConfig `timeout` or `waitForReady`
-// also needs hijacking (neither can be put on the application's own call).
-// A call whose response object is not a protobuf message cannot have a
-// hijacked attempt's response put into it: it is sent once
-// (kMetadataOnly, reason kUnsupportedCall), never retried, and says so.
+// call's own policy, the caller's key (a call that cannot be sent safely fails
+// before anything is sent), then the mode: a call that may be retried rides
+// when it can, otherwise it is hijacked; a methodConfig `timeout` or
+// `waitForReady` also needs hijacking (neither can be put on the application's
+// own call). A call whose response object is not a protobuf message cannot have
+// a hijacked attempt's response put into it: it is sent once (kMetadataOnly,
+// reason kUnsupportedCall), never retried, and says so.
 CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts);
 
 // `plan` after the destination's breaker refused the call (kMetadataOnly and

@@ -213,6 +213,30 @@ absl::string_view TraceEventKindName(TraceEvent::Kind kind) {
   return "attempt";
 }
 
+absl::string_view TraceVerbosityName(TraceVerbosity verbosity) {
+  switch (verbosity) {
+    case TraceVerbosity::kOff:
+      return "OFF";
+    case TraceVerbosity::kGiveUps:
+      return "GIVE_UPS";
+    case TraceVerbosity::kRetries:
+      return "RETRIES";
+    case TraceVerbosity::kAll:
+      return "ALL";
+  }
+  return "";
+}
+
+absl::StatusOr<TraceVerbosity> ParseTraceVerbosity(absl::string_view text) {
+  for (TraceVerbosity v : {TraceVerbosity::kOff, TraceVerbosity::kGiveUps,
+                           TraceVerbosity::kRetries, TraceVerbosity::kAll}) {
+    if (text == TraceVerbosityName(v)) return v;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace verbosity \"", text,
+                   "\" (want OFF, GIVE_UPS, RETRIES or ALL)"));
+}
+
 bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event) {
   switch (verbosity) {
     case TraceVerbosity::kOff:

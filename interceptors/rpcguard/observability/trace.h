@@ -158,6 +158,12 @@ enum class TraceVerbosity {
   kAll,
 };
 
+// Returns "OFF", "GIVE_UPS", "RETRIES" or "ALL" ("" for a value that is
+// none of them).
+absl::string_view TraceVerbosityName(TraceVerbosity verbosity);
+// Parses the names above (exact, upper case). InvalidArgument otherwise.
+absl::StatusOr<TraceVerbosity> ParseTraceVerbosity(absl::string_view text);
+
 // Whether `event` is written at `verbosity`. Pure and cheap: the interceptor
 // calls it before formatting anything.
 //

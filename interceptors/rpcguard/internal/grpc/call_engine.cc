@@ -44,13 +44,15 @@ void GiveBack(const DestinationGates& gates, const AttemptStart& start) {
 
 CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
                        const MethodState& method, absl::Time deadline,
-                       bool may_repeat, bool hedging, uint64_t call_id)
+                       bool may_repeat, bool hedging, uint64_t call_id,
+                       const CallOverride* call_override)
     : io_(io),
       factory_(factory),
       method_(method),
-      policy_(method.resolved.policy),
+      policy_(call_override ? call_override->policy : method.resolved.policy),
+      verbosity_(call_override ? call_override->verbosity : std::nullopt),
       call_id_(call_id),
-      hedging_(hedging && method.resolved.policy.hedging.has_value()),
+      hedging_(hedging && policy_.hedging.has_value()),
       controller_(policy_, may_repeat, deadline, factory.clock()),
       deadline_(controller_.deadline()) {
   if (factory_.refresher()) controller_.EnableAuthRefresh();
@@ -749,12 +751,15 @@ void CallEngine::Conclude(const Ending& ending) {
 void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
   event.time = factory_.clock()->WallNow();
   event.call_id = call_id_;
-  factory_.Emit(method_, event, [&](TraceEvent& e) {
-    e.method = method_.name;
-    e.idempotency_key = io_->key();
-    if (status != nullptr) e.message = status->error_message();
-    FactoryState::FillBreaker(method_, e);
-  });
+  factory_.Emit(
+      method_, event,
+      [&](TraceEvent& e) {
+        e.method = method_.name;
+        e.idempotency_key = io_->key();
+        if (status != nullptr) e.message = status->error_message();
+        FactoryState::FillBreaker(method_, e);
+      },
+      verbosity_);
 }
 
 }  // namespace internal

@@ -188,10 +188,12 @@ class CallEngine {
   // `deadline`: the caller's, on the factory clock's monotonic time;
   // `may_repeat`: whether the call is safe to send more than once;
   // `hedging`: copies under the method's hedgingPolicy instead of retries.
-  // `io` must outlive the engine; `factory` and `method` too.
+  // `call_override`: the call's own policy and verbosity, in place of the
+  // method's (null: none). `io` must outlive the engine; `factory`, `method`
+  // and `call_override` too.
   CallEngine(CallIo* io, const FactoryState& factory, const MethodState& method,
              absl::Time deadline, bool may_repeat, bool hedging,
-             uint64_t call_id);
+             uint64_t call_id, const CallOverride* call_override = nullptr);
 
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
@@ -313,6 +315,7 @@ class CallEngine {
   const FactoryState& factory_;
   const MethodState& method_;
   const MethodPolicy& policy_;
+  const std::optional<TraceVerbosity> verbosity_;  // the call's own, if any
   const uint64_t call_id_;
   const bool hedging_;
 

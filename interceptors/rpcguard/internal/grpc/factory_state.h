@@ -97,6 +97,14 @@ struct MethodState {
       const grpc::ChannelInterface* channel) const;
 };
 
+// A call's own policy (SetCallPolicy), as the call runs it: the method's
+// policy with the override applied (ApplyCallPolicy) and the call's trace
+// verbosity. Absent for a call without one, which reads its MethodState's.
+struct CallOverride {
+  MethodPolicy policy;
+  std::optional<TraceVerbosity> verbosity;
+};
+
 // What every interceptor of one factory shares. Immutable after Init but
 // for its thread-safe members (method cache, stats, sink).
 class FactoryState {
@@ -133,13 +141,15 @@ class FactoryState {
     return methods_.Find(method);
   }
 
-  // Counts `event`, and writes it to the trace when the verbosity asks;
-  // `fill` adds the strings (method, key, message) only then, so that the
-  // common untraced case copies none.
+  // Counts `event`, and writes it to the trace when the verbosity asks (the
+  // call's own, `verbosity`, else the factory's); `fill` adds the strings
+  // (method, key, message) only then, so that the common untraced case
+  // copies none.
   template <typename Fill>
-  void Emit(const MethodState& method, TraceEvent& event, Fill fill) const {
+  void Emit(const MethodState& method, TraceEvent& event, Fill fill,
+            std::optional<TraceVerbosity> verbosity = std::nullopt) const {
     stats_->Record(method.stats, event);
-    if (ShouldTrace(verbosity_, event)) {
+    if (ShouldTrace(verbosity.value_or(verbosity_), event)) {
       fill(event);
       sink_->Write(event);
     }

@@ -59,12 +59,15 @@ TimerQueue::Run RunFor(TimerKind kind) {
 
 HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
                            const MethodState& method, absl::Time deadline,
-                           bool may_repeat, bool hedging)
+                           bool may_repeat, bool hedging,
+                           std::optional<CallOverride> call_override)
     : factory_(std::move(factory)),
       method_(method),
-      policy_(method.resolved.policy),
+      call_override_(std::move(call_override)),
+      policy_(call_override_ ? call_override_->policy : method.resolved.policy),
       engine_(this, *factory_, method, deadline, may_repeat, hedging,
-              factory_->random()->Next64()) {}
+              factory_->random()->Next64(),
+              call_override_ ? &*call_override_ : nullptr) {}
 
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
                               size_t buffer_limit,

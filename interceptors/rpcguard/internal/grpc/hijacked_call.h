@@ -86,10 +86,12 @@ class HijackedCall final : public CallIo,
   // read when the call started (CallerDeadline); attempts never outlive it.
   // `may_repeat`: whether the call is safe to send more than once
   // (CallPlan::may_repeat); `hedging`: copies under the method's
-  // hedgingPolicy instead of retries (CallPlan::hedge).
+  // hedgingPolicy instead of retries (CallPlan::hedge); `call_override`:
+  // the call's own policy (SetCallPolicy), which the call keeps, or none.
   HijackedCall(std::shared_ptr<const FactoryState> factory,
                const MethodState& method, absl::Time deadline, bool may_repeat,
-               bool hedging = false);
+               bool hedging = false,
+               std::optional<CallOverride> call_override = std::nullopt);
 
   HijackedCall(const HijackedCall&) = delete;
   HijackedCall& operator=(const HijackedCall&) = delete;
@@ -191,6 +193,8 @@ class HijackedCall final : public CallIo,
 
   const std::shared_ptr<const FactoryState> factory_;
   const MethodState& method_;
+  // Before policy_ and engine_, which refer to it.
+  const std::optional<CallOverride> call_override_;
   const MethodPolicy& policy_;
   Setup setup_;  // read-only once the call has started
   // The application's response object, for a riding call; set before the

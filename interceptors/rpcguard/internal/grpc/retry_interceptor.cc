@@ -24,9 +24,11 @@
 #include <utility>
 
 #include "rpcguard/decision/call_plan.h"
+#include "rpcguard/decision/call_policy.h"
 #include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/base/uuid.h"
 #include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/internal/grpc/call_policy_carrier.h"
 #include "rpcguard/internal/grpc/deadline.h"
 #include "rpcguard/internal/grpc/hijacked_call.h"
 #include "rpcguard/internal/grpc/sending_scope.h"
@@ -140,6 +142,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     auto* md = batch->GetSendInitialMetadata();
     // Most calls carry no metadata of their own: skip the lookups.
     const bool has_metadata = !md->empty();
+    // Taken first, on every path: the entry is never sent.
+    absl::StatusOr<std::optional<CallPolicy>> call_policy = TakeCallPolicy(md);
     if (has_metadata && md->erase(HeaderString<kPassThroughHeader>()) > 0) {
       batch->Proceed();  // kPassThrough
       return;
@@ -167,7 +171,25 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         facts.caller_key = caller_key;
       }
     }
-    const MethodPolicy& policy = method.resolved.policy;
+    // The call's own policy, if it set one, in place of the method's.
+    const CallPolicy* asked = nullptr;
+    if (!call_policy.ok()) {
+      facts.call_policy_error = call_policy.status();
+    } else if (call_policy->has_value()) {
+      asked = &**call_policy;
+      absl::StatusOr<MethodPolicy> applied =
+          ApplyCallPolicy(method.resolved.policy, *asked);
+      if (stream_ && asked->hedging == true) {
+        facts.call_policy_error = absl::InvalidArgumentError(
+            "CallPolicy.hedging: rpcguard does not hedge streams");
+      } else if (applied.ok()) {
+        call_override_.emplace(
+            CallOverride{*std::move(applied), asked->trace_verbosity});
+      } else {
+        facts.call_policy_error = applied.status();
+      }
+    }
+    const MethodPolicy& policy = this->policy();
     // Probed only when the answer matters: a call that may be retried.
     if (facts.unary &&
         (MayRepeat(policy.idempotency) || facts.caller_keys == 1)) {
@@ -178,10 +200,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           response == nullptr || IsProtobufMessage(response);
     }
     // The hedging policy's source: the method's own entry, or not.
-    facts.hedging_for_method = method.resolved.sources[kFieldIndexHedging] ==
-                                   PolicySource::kConfigMethod ||
-                               method.resolved.sources[kFieldIndexHedging] ==
-                                   PolicySource::kProtoMethod;
+    facts.hedging_for_method =
+        HedgingForMethod(method.resolved.sources[kFieldIndexHedging] ==
+                                 PolicySource::kConfigMethod ||
+                             method.resolved.sources[kFieldIndexHedging] ==
+                                 PolicySource::kProtoMethod,
+                         asked);
     plan_ = PlanCall(policy, facts);
 
     if (plan_.mode == CallMode::kMetadataOnly ||
@@ -290,9 +314,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // (its deadline as read when the call started: caller_deadline_).
   std::shared_ptr<HijackedCall> NewHijackedCall() {
     grpc::ClientContext* app = info_->client_context();
-    auto call = std::make_shared<HijackedCall>(factory_, *method_,
-                                               caller_deadline_.on_clock,
-                                               plan_.may_repeat, plan_.hedge);
+    auto call = std::make_shared<HijackedCall>(
+        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
+        plan_.hedge, call_override_);
     HijackedCall::Setup& setup = call->setup();
     setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();
@@ -350,8 +374,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                      IsNotSent(end.code, status->error_message()) &&
                      info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
       const Decision d =
-          DecideSentOnce(method.resolved.policy, plan_.may_repeat,
-                         caller_deadline_.on_clock, factory_->clock(), end);
+          DecideSentOnce(policy(), plan_.may_repeat, caller_deadline_.on_clock,
+                         factory_->clock(), end);
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;
@@ -373,15 +397,18 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
                      /*retrying=*/false);
     admission_.reset();
-    factory_->Emit(method, event, [&](TraceEvent& e) {
-      e.time = factory_->clock()->WallNow();
-      if (e.call_id == 0) e.call_id = factory_->random()->Next64();
-      e.method = method.name;
-      e.idempotency_key = key_;
-      e.deadline_left =
-          caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
-      FactoryState::FillBreaker(method, e);
-    });
+    factory_->Emit(
+        method, event,
+        [&](TraceEvent& e) {
+          e.time = factory_->clock()->WallNow();
+          if (e.call_id == 0) e.call_id = factory_->random()->Next64();
+          e.method = method.name;
+          e.idempotency_key = key_;
+          e.deadline_left =
+              caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
+          FactoryState::FillBreaker(method, e);
+        },
+        call_override_ ? call_override_->verbosity : std::nullopt);
     if (event.decision == TraceDecision::kGiveUp) {
       factory_->ReportGiveUp(method, event, 1, key_, request_);
     }
@@ -399,6 +426,12 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
   }
 
+  // The policy the call runs under: its own (SetCallPolicy), else its
+  // method's. Valid from the first batch on.
+  const MethodPolicy& policy() const {
+    return call_override_ ? call_override_->policy : method_->resolved.policy;
+  }
+
   ClientRpcInfo* const info_;
   const std::shared_ptr<const FactoryState> factory_;
   // A streaming call (every type but UNARY).
@@ -412,6 +445,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   const MethodState* method_ = nullptr;
   std::string method_name_;
   std::string key_;  // the call's idempotency key
+  // The call's own policy, when it set one (written by the first batch).
+  std::optional<CallOverride> call_override_;
   // The caller's deadline on the monotonic clocks, read when the call
   // starts (CallerDeadline), for every later decision.
   CallDeadline caller_deadline_;
