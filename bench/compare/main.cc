@@ -191,16 +191,19 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
                  flags.only.c_str());
     return 2;
   }
-  std::fprintf(
-      stderr,
-      "compare: %zu scenarios x %zu clients, %zu figures x %zu clients, %zu "
-      "tail scenarios x %zu clients, %d round(s); %lld calls per call-count "
-      "cell, %lld per tail cell, deadline %lld ms\n",
-      matrix.size(), matrix.clients().size(), outages.size(),
-      outages.clients().size(), tails.size(), tails.clients().size(),
-      plan.rounds, static_cast<long long>(plan.calls),
-      static_cast<long long>(plan.tail_calls),
-      static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)));
+  // Only what will run: a streams-only run has a plan of its own.
+  if (matrix.size() + outages.size() + tails.size() > 0) {
+    std::fprintf(
+        stderr,
+        "compare: %zu scenarios x %zu clients, %zu figures x %zu clients, %zu "
+        "tail scenarios x %zu clients, %d round(s); %lld calls per call-count "
+        "cell, %lld per tail cell, deadline %lld ms\n",
+        matrix.size(), matrix.clients().size(), outages.size(),
+        outages.clients().size(), tails.size(), tails.clients().size(),
+        plan.rounds, static_cast<long long>(plan.calls),
+        static_cast<long long>(plan.tail_calls),
+        static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)));
+  }
   if (streams.size() > 0) {
     std::fprintf(stderr, "compare: %zu stream scenarios x %zu clients\n",
                  streams.size(), streams.clients().size());
