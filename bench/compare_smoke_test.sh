@@ -58,8 +58,10 @@ grep -q '^streams/none/server/sync: rpcguard / plain = ' "$out/streams.md" ||
   fail "no stream CPU target"
 grep -q '^streams/fail30/server/sync: rpcguard success ' "$out/streams.md" ||
   fail "no stream success target"
-# No stream ends OK without every message.
-if grep -q '"wrong": [1-9]' "$out/streams.json"; then
+# No stream through rpcguard or a plain channel ends OK without every
+# message. (gRPC's retry can: bench/RESULTS.md, issue 23.)
+if grep -E '"client": "(rpcguard|plain)"' "$out/streams.json" |
+  grep -q '"wrong": [1-9]'; then
   fail "a stream ended OK with the wrong messages"
 fi
 
