@@ -349,6 +349,7 @@ class StreamsFamily : public Family {
           .Both("CPU µs/msg", "cpu_us_per_message", Fixed(cpu, 2),
                 JsonValue::Number(cpu))
           .JsonOnly("cpu_us_per_message_rounds", NumbersJson(per_msg))
+          .JsonOnly("slowest_ms", NumbersJson(Slowest(m.pooled, 5)))
           .Both("vs plain", "vs_plain",
                 vs > 0 ? absl::StrFormat("%.2fx", vs) : "-",
                 vs > 0 ? JsonValue::Number(vs) : JsonValue())
@@ -407,6 +408,17 @@ class StreamsFamily : public Family {
     Measured m;
     int64_t wrong;
   };
+
+  // The `n` longest calls in ms, longest first: whether a p99 is a tail
+  // or a few stalls.
+  static std::vector<double> Slowest(const LoadResult& l, size_t n) {
+    std::vector<double> v;
+    for (auto it = l.latency_ns.rbegin();
+         it != l.latency_ns.rend() && v.size() < n; ++it) {
+      v.push_back(*it / 1e6);
+    }
+    return v;
+  }
 
   static std::vector<double> PerMessageRounds(const Measured& m) {
     std::vector<double> v = m.cpu_us_rounds();
