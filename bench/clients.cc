@@ -379,6 +379,12 @@ int64_t RpcguardState::breaker_openings() const {
   return sink_->openings_.load(std::memory_order_relaxed);
 }
 
+// An rpcguard channel with `json` as its Config: the one place where the
+// benchmarks' rpcguard Options are set.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> RpcguardChannelFromJson(
+    const std::string& target, const std::string& json,
+    std::shared_ptr<RpcguardState> state);
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     const std::string& target, const RetrySettings& retry,
     std::shared_ptr<RpcguardState> state, ClientKind kind) {
@@ -400,6 +406,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     json.pop_back();  // the closing brace
     json += R"(, "rpcguard": {"retryBudget": {"enabled": false}}})";
   }
+  return RpcguardChannelFromJson(target, json, std::move(state));
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> RpcguardChannelFromJson(
+    const std::string& target, const std::string& json,
+    std::shared_ptr<RpcguardState> state) {
   absl::StatusOr<Config> config = Config::FromJson(json);
   if (!config.ok()) return config.status();
   Options options;
@@ -419,6 +431,57 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
   options.trace_sink = state->sink();
   return CreateChannel(target, grpc::InsecureChannelCredentials(),
                        std::move(options), BaseArgs());
+}
+
+std::string StreamServiceConfigJson(const RetrySettings& retry,
+                                    bool for_rpcguard) {
+  std::string json = absl::StrCat(
+      R"({"methodConfig": [{"name": [{"service": ")", kStreamService,
+      R"(", "method": "ServerStream"}, {"service": ")", kStreamService,
+      R"(", "method": "ClientStream"}], "retryPolicy": {"maxAttempts": )",
+      retry.max_attempts, R"(, "initialBackoff": ")",
+      Seconds(retry.initial_backoff), R"(", "maxBackoff": ")",
+      Seconds(retry.max_backoff), R"(", "backoffMultiplier": )",
+      retry.backoff_multiplier, R"(, "retryableStatusCodes": ["UNAVAILABLE")",
+      retry.retry_resource_exhausted ? R"(, "RESOURCE_EXHAUSTED")" : "",
+      R"(]})",
+      for_rpcguard ? R"(, "rpcguard": {"idempotency": "IDEMPOTENT"})" : "",
+      "}]");
+  if (retry.budget) {
+    absl::StrAppend(&json, R"(, "retryThrottling": {"maxTokens": )",
+                    retry.max_tokens, R"(, "tokenRatio": )", retry.token_ratio,
+                    "}");
+  }
+  if (for_rpcguard && !retry.budget && !retry.rpcguard_budget) {
+    json += R"(, "rpcguard": {"retryBudget": {"enabled": false}})";
+  }
+  json += "}";
+  return json;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeStreamChannel(
+    ClientKind kind, const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state) {
+  switch (kind) {
+    case ClientKind::kPlain:
+      return grpc::CreateCustomChannel(
+          target, grpc::InsecureChannelCredentials(), BaseArgs());
+    case ClientKind::kGrpcRetry: {
+      grpc::ChannelArguments args = BaseArgs();
+      args.SetServiceConfigJSON(StreamServiceConfigJson(retry, false));
+      return grpc::CreateCustomChannel(
+          target, grpc::InsecureChannelCredentials(), args);
+    }
+    case ClientKind::kRpcguard:
+      return RpcguardChannelFromJson(
+          target, StreamServiceConfigJson(retry, true), std::move(state));
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(ClientName(kind),
+                   ": not a client of the stream benchmarks "
+                   "(plain, grpc-retry, rpcguard)"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
@@ -516,6 +579,34 @@ absl::Status ServerControl::SetMode(int fail_percent, int delay_ms,
 }
 
 absl::StatusOr<int64_t> ServerControl::TotalAttempts() {
+  absl::StatusOr<rpcguard::testing::v1::StatsReply> stats = Stats();
+  if (!stats.ok()) return stats.status();
+  return stats->total_attempts();
+}
+
+absl::StatusOr<int64_t> ServerControl::StreamAttempts() {
+  absl::StatusOr<rpcguard::testing::v1::StatsReply> stats = Stats();
+  if (!stats.ok()) return stats.status();
+  return stats->stream_attempts();
+}
+
+absl::Status ServerControl::SetStreamFaults(int fail_percent, uint64_t seed) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ctx.set_wait_for_ready(true);
+  rpcguard::testing::v1::ControlRequest req;
+  req.set_stream_fail_percent(fail_percent);
+  req.set_stream_seed(seed);
+  rpcguard::testing::v1::ControlReply reply;
+  const grpc::Status s = stub_->Control(&ctx, req, &reply);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("FaultControl.Control: ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<rpcguard::testing::v1::StatsReply> ServerControl::Stats() {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   ctx.set_wait_for_ready(true);
@@ -529,7 +620,7 @@ absl::StatusOr<int64_t> ServerControl::TotalAttempts() {
     return absl::UnavailableError(
         absl::StrCat("FaultControl.Stats: ", s.error_message()));
   }
-  return reply.total_attempts();
+  return reply;
 }
 
 }  // namespace bench

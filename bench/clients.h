@@ -172,6 +172,27 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     std::shared_ptr<RpcguardState> state = nullptr,
     ClientKind kind = ClientKind::kRpcguard);
 
+// The stream benchmarks' methods (streams.proto): server- and
+// client-streaming, retried until they commit.
+inline constexpr char kStreamService[] = "rpcguard.testing.v1.Streams";
+
+// The service config of the stream benchmarks: `retry` as the retryPolicy of
+// Streams.ServerStream and Streams.ClientStream (gRPC retries a stream until
+// it commits, as rpcguard does), retryThrottling when retry.budget. With
+// `for_rpcguard`, the methods are also declared IDEMPOTENT to rpcguard (it
+// retries a stream only when told it is safe to repeat) and, unless
+// retry.budget or retry.rpcguard_budget, rpcguard's own retry budget is off.
+std::string StreamServiceConfigJson(const RetrySettings& retry,
+                                    bool for_rpcguard);
+
+// A channel to `target` for the stream benchmarks: kPlain, kGrpcRetry (with
+// StreamServiceConfigJson) or kRpcguard (the same config for rpcguard, its
+// Options as MakeRpcguardChannel sets them). Errors: InvalidArgument for
+// another kind, else what rpcguard's Config or CreateChannel reports.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeStreamChannel(
+    ClientKind kind, const std::string& target, const RetrySettings& retry,
+    std::shared_ptr<RpcguardState> state = nullptr);
+
 // Returns a channel that has made one callback-API call; while it lives,
 // gRPC keeps its callback-API thread pool running. Why the benchmarks hold
 // one for their whole run: gRPC 1.51 starts that pool with the first channel
@@ -204,7 +225,16 @@ class ServerControl {
   // Attempts the server has received in all.
   absl::StatusOr<int64_t> TotalAttempts();
 
+  // Fails `fail_percent` of Streams attempts before any response, drawn
+  // from a generator seeded with `seed`; FaultService's faults off.
+  absl::Status SetStreamFaults(int fail_percent, uint64_t seed);
+
+  // Streams attempts the server has received in all.
+  absl::StatusOr<int64_t> StreamAttempts();
+
  private:
+  absl::StatusOr<rpcguard::testing::v1::StatsReply> Stats();
+
   std::unique_ptr<rpcguard::testing::v1::FaultControl::Stub> stub_;
 };
 

@@ -10,6 +10,7 @@
 //   ./bazelw run -c opt //bench:compare -- [--quick] [--json=PATH]
 //   ./bazelw run -c opt //bench:compare -- --only=restart [--quick]
 //   ./bazelw run -c opt //bench:compare -- --only=tail [--quick]
+//   ./bazelw run -c opt //bench:compare -- --only=streams [--quick]
 //   ./bazelw run -c opt //bench:compare -- --headline [--quick]
 //   ./bazelw run -c opt //bench:compare -- --soak[=N] [--quick]
 //
@@ -45,7 +46,11 @@ Modes (one per run):
                      issue 13) for plain, grpc-retry, grpc-retry-throttled
                      and rpcguard in a second table, then the tails (tail,
                      slowdown; issue 14) for plain, grpc-retry, rpcguard and
-                     rpcguard hedged (fixed and adaptive delay) in a third
+                     rpcguard hedged (fixed and adaptive delay) in a third,
+                     then the streams (issue 23: CPU per message of 1,000-
+                     message server and client streams, sync and callback;
+                     30% of attempts failing first) for plain, grpc-retry
+                     and rpcguard in a fourth
   --headline         no-failure client CPU per call, sync and callback stub,
                      1 caller: median of rounds, ratios vs plain,
                      pass-through and hijack-floor measured in the same run
@@ -59,20 +64,23 @@ Flags:
   --only=TEXT        only scenarios whose key contains TEXT, e.g. none/sync/c1
                      (keys: FAULT/STUB/cN, FAULT one of none fail10 fail30
                      outage slow; outages: burst restart brownout
-                     overload; tails: tail slowdown)
+                     overload; tails: tail slowdown; streams:
+                     streams/{none,fail30}/{server,client}/STUB, e.g.
+                     --only=streams)
   --clients=A,B      only these clients (plain, pass-through, hijack-floor,
                      grpc-retry, grpc-retry-throttled, rpcguard,
                      rpcguard-hedged, rpcguard-hedged-adaptive)
   --calls=N          calls per cell of a call-count scenario (default 3000;
                      300 with --quick), per round in --headline; per round
                      of a tail or slowdown cell (default 2000; 300 with
-                     --quick)
+                     --quick); per round of a stream cell (default 20
+                     without faults, 50 with; 5 and 20 with --quick)
   --seconds=S        length of a time-bound cell (outage, slow, brownout,
                      overload; default 4, with --quick 1.5 for outage, 1 for
                      slow, 2 for brownout and overload); restart runs 1 s,
                      0.5 s down, then 3 s (1.5 s with --quick)
-  --rounds=N         rounds per cell (default 3, 1 with --quick; --headline:
-                     7, 3 with --quick)
+  --rounds=N         rounds per cell (default 3, 1 with --quick; --headline
+                     and streams: 7, 3 with --quick)
   --warmup=N         calls per cell before measuring, faults off
   --deadline_ms=D    every call's deadline (default 100)
   --hedging_delay_ms=D  the hedged clients' hedgingDelay in the main table
@@ -171,27 +179,35 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 // and one JSON report.
 int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
   const Plan plan = MakePlan(flags);
-  std::unique_ptr<Family> families[] = {MatrixFamily(flags, plan),
-                                        OutageFamily(flags, plan),
-                                        TailFamily(flags, plan)};
+  std::unique_ptr<Family> families[] = {
+      MatrixFamily(flags, plan), OutageFamily(flags, plan),
+      TailFamily(flags, plan), StreamFamily(flags, plan)};
   Family& matrix = *families[0];
   Family& outages = *families[1];
   Family& tails = *families[2];
-  if (matrix.size() + outages.size() + tails.size() == 0) {
+  Family& streams = *families[3];
+  if (matrix.size() + outages.size() + tails.size() + streams.size() == 0) {
     std::fprintf(stderr, "compare: no scenario matches --only=%s\n",
                  flags.only.c_str());
     return 2;
   }
-  std::fprintf(
-      stderr,
-      "compare: %zu scenarios x %zu clients, %zu figures x %zu clients, %zu "
-      "tail scenarios x %zu clients, %d round(s); %lld calls per call-count "
-      "cell, %lld per tail cell, deadline %lld ms\n",
-      matrix.size(), matrix.clients().size(), outages.size(),
-      outages.clients().size(), tails.size(), tails.clients().size(),
-      plan.rounds, static_cast<long long>(plan.calls),
-      static_cast<long long>(plan.tail_calls),
-      static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)));
+  // Only what will run: a streams-only run has a plan of its own.
+  if (matrix.size() + outages.size() + tails.size() > 0) {
+    std::fprintf(
+        stderr,
+        "compare: %zu scenarios x %zu clients, %zu figures x %zu clients, %zu "
+        "tail scenarios x %zu clients, %d round(s); %lld calls per call-count "
+        "cell, %lld per tail cell, deadline %lld ms\n",
+        matrix.size(), matrix.clients().size(), outages.size(),
+        outages.clients().size(), tails.size(), tails.clients().size(),
+        plan.rounds, static_cast<long long>(plan.calls),
+        static_cast<long long>(plan.tail_calls),
+        static_cast<long long>(absl::ToInt64Milliseconds(plan.deadline)));
+  }
+  if (streams.size() > 0) {
+    std::fprintf(stderr, "compare: %zu stream scenarios x %zu clients\n",
+                 streams.size(), streams.clients().size());
+  }
   // Every client that will be measured, each once.
   std::vector<ClientKind> warm_clients;
   for (const auto& family : families) {

@@ -314,7 +314,8 @@ class FaultServer::Impl final
 class FaultServer::ControlService final
     : public rpcguard::testing::v1::FaultControl::CallbackService {
  public:
-  explicit ControlService(Impl* impl) : impl_(impl) {}
+  ControlService(Impl* impl, FaultStreams* streams)
+      : impl_(impl), streams_(streams) {}
 
   grpc::ServerUnaryReactor* Control(
       grpc::CallbackServerContext* ctx,
@@ -323,6 +324,7 @@ class FaultServer::ControlService final
     impl_->SetMode(req->fail_percent(), req->delay_ms(), req->hang(),
                    req->apply_then_fail_percent(), req->capacity_per_second(),
                    req->late_percent(), req->late_ms());
+    streams_->SetFaults(req->stream_fail_percent(), req->stream_seed());
     reply->set_total_attempts(impl_->total_attempts());
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -334,6 +336,7 @@ class FaultServer::ControlService final
       const rpcguard::testing::v1::StatsRequest* req,
       rpcguard::testing::v1::StatsReply* reply) override {
     impl_->Stats(*req, reply);
+    reply->set_stream_attempts(streams_->attempts());
     auto* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -341,17 +344,20 @@ class FaultServer::ControlService final
 
  private:
   Impl* impl_;
+  FaultStreams* streams_;
 };
 
 FaultServer::FaultServer(int port) : FaultServer(port, "127.0.0.1") {}
 
 FaultServer::FaultServer(int port, const std::string& host)
     : impl_(std::make_unique<Impl>()),
-      control_(std::make_unique<ControlService>(impl_.get())) {
+      streams_(std::make_unique<FaultStreams>()),
+      control_(std::make_unique<ControlService>(impl_.get(), streams_.get())) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(host, ":", port),
                            grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(impl_.get());
+  builder.RegisterService(streams_.get());
   builder.RegisterService(control_.get());
   server_ = builder.BuildAndStart();
   address_ = absl::StrCat("127.0.0.1:", port_);

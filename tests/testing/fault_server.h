@@ -1,7 +1,8 @@
 // Copyright rpcguard authors.
 //
 // FaultServer: a real gRPC server on 127.0.0.1 running the fault-injecting
-// rpcguard.testing.v1.FaultService (proto/rpcguard/testing/v1/fault.proto).
+// rpcguard.testing.v1.FaultService (proto/rpcguard/testing/v1/fault.proto),
+// and beside it the Streams service of streams.proto (fault_streams.h).
 // Used by the end-to-end tests, the demo and the benchmarks. It records what
 // every attempt carried, so tests assert on what the server really saw.
 
@@ -19,6 +20,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "tests/testing/fault_streams.h"
 
 namespace rpcguard {
 namespace testing {
@@ -80,6 +82,8 @@ class FaultServer {
  private:
   class ControlService;
   std::unique_ptr<Impl> impl_;
+  // The Streams service (fault_streams.h), for the stream benchmarks.
+  std::unique_ptr<FaultStreams> streams_;
   std::unique_ptr<ControlService> control_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
