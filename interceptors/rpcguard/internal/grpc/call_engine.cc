@@ -181,6 +181,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->deadline = controller_.StartAttempt();
         attempt->sent = controller_.Now();
         if (number == 1) first_sent_ = attempt->sent;
+        Stats::RecordAttemptStarted(method_.stats);
         attempt->sending = true;
         attempts_.push_back(attempt);
         ++sending_;
@@ -363,6 +364,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
         line.decision = step.decision;
         line.backoff = step.trace_backoff;
         line.deadline_left = controller_.Remaining();
+        line.attempt_duration = controller_.Now() - attempt->sent;
         traced = true;
       }
     }
@@ -651,6 +653,11 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                     : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                     : reason;
   terminal.deadline_left = controller_.Remaining();
+  if (last != nullptr)
+    terminal.attempt_duration = controller_.Now() - last->sent;
+  if (first_sent_ != absl::InfinitePast()) {
+    terminal.call_duration = controller_.Now() - first_sent_;
+  }
   terminal.message = status.error_message();
   // Whatever is still in flight but `keep` is cancelled: the call is
   // decided. A hedged call's terminal line names the copy that decided it
