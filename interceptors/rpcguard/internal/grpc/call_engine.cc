@@ -79,7 +79,7 @@ bool CallEngine::done() const {
 void CallEngine::Start() { SendAttempt(SendKind::kFirst, std::nullopt); }
 
 std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
-    std::optional<Admission> admission) {
+    std::optional<Admission> admission, absl::Time sent) {
   std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
   attempt->admission = std::move(admission);
   attempt->app_call = true;
@@ -87,7 +87,7 @@ std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
   attempt->number = 1;
   internal::MutexLock lock(&mu_);
   attempt->deadline = controller_.StartAttempt();
-  attempt->sent = controller_.Now();
+  attempt->sent = sent;
   first_sent_ = attempt->sent;
   attempts_.push_back(attempt);
   return attempt;

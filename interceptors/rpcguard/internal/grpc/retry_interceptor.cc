@@ -303,7 +303,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.idempotency_key = std::move(key_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
-    call->RideFirstAttempt(std::move(admission_), ride_response_);
+    call->RideFirstAttempt(std::move(admission_), ride_response_, started_);
     admission_.reset();
     bool cancelled;
     {
