@@ -192,6 +192,13 @@ void Stats::RecordAttemptStarted(MethodHandle* h) { Add(h->attempts_started); }
 void Stats::WatchBudget(absl::string_view key,
                         std::weak_ptr<RetryBudget> budget) {
   absl::MutexLock lock(&mu_);
+  if (budgets_.size() >= budgets_sweep_at_ && !budgets_.contains(key)) {
+    // A weak_ptr keeps a make_shared budget's memory: drop the budgets the
+    // registry forgot, amortized O(1) per new key, as for breakers.
+    absl::erase_if(budgets_,
+                   [](const auto& entry) { return entry.second.expired(); });
+    budgets_sweep_at_ = std::max(kMinBreakersSweepAt, 2 * budgets_.size());
+  }
   budgets_[key] = std::move(budget);
 }
 

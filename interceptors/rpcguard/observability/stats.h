@@ -238,7 +238,8 @@ class Stats {
   static void RecordAttemptStarted(MethodHandle* handle);
 
   // Reports `budget`'s state under `key` in every later Snapshot, as long as
-  // it lives (held weakly). A key watched again is replaced.
+  // it lives (held weakly). A key watched again is replaced. Keys of budgets
+  // gone are dropped as new keys come (as breaker keys are).
   void WatchBudget(absl::string_view key, std::weak_ptr<RetryBudget> budget)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -287,6 +288,7 @@ class Stats {
   uint64_t overflows_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::weak_ptr<RetryBudget>> budgets_
       ABSL_GUARDED_BY(mu_);
+  size_t budgets_sweep_at_ ABSL_GUARDED_BY(mu_) = kMinBreakersSweepAt;
   absl::flat_hash_map<std::string, std::unique_ptr<BreakerCounters>> breakers_
       ABSL_GUARDED_BY(mu_);
   // A transition of a new key, with this many keys held, first drops the
