@@ -66,6 +66,14 @@ cc_library(
     linkopts = ["-lgmock_main", "-lgmock", "-lgtest", "-lpthread"],
 )
 
+# prometheus-cpp (Debian's prometheus-cpp-dev), for the optional
+# //interceptors/rpcguard/prometheus only: plain -l flags, not pkg-config,
+# so that a machine without it still builds everything else.
+cc_library(
+    name = "prometheus_cpp",
+    linkopts = ["-lprometheus-cpp-pull", "-lprometheus-cpp-core", "-lpthread"],
+)
+
 cc_library(
     name = "benchmark",
     linkopts = ["-lbenchmark", "-lpthread"],

@@ -366,9 +366,9 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
   EXPECT_DOUBLE_EQ(m->hedge_delay_seconds, 0.05);
   const std::string text = ToPrometheusText(snap);
   EXPECT_TRUE(absl::StrContains(
-      text,
-      "rpcguard_hedges_won_total{method=\"/rpcguard.testing.v1.FaultService/"
-      "Get\"} 1"))
+      text, absl::StrCat("rpcguard_hedges_won_total{method=\"/"
+                         "rpcguard.testing.v1.FaultService/Get\",target=\"",
+                         server.address(), "\"} 1")))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -142,10 +143,11 @@ TEST_F(TraceE2ETest, FirstTimeSuccessWritesNothingButIsCounted) {
   EXPECT_EQ(
       snap.FindMethod("/rpcguard.testing.v1.FaultService/Create")->attempts,
       5u);
-  EXPECT_TRUE(
-      absl::StrContains(ToPrometheusText(snap),
-                        "rpcguard_calls_total{method=\"/"
-                        "rpcguard.testing.v1.FaultService/Create\"} 5"));
+  EXPECT_TRUE(absl::StrContains(
+      ToPrometheusText(snap),
+      absl::StrCat("rpcguard_calls_total{method=\"/"
+                   "rpcguard.testing.v1.FaultService/Create\",target=\"",
+                   server_.address(), "\",code=\"OK\"} 5")));
 }
 
 TEST_F(TraceE2ETest, GiveUpsReachTheHookOnceWithTheRequest) {

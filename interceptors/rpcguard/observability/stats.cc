@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpcguard/decision/status_class.h"
 
 namespace rpcguard {
 namespace {
@@ -31,6 +33,42 @@ std::map<GiveUpReason, uint64_t> ReasonMap(
     if (n != 0) out[static_cast<GiveUpReason>(i)] = n;
   }
   return out;
+}
+
+int CodeIndex(grpc::StatusCode code) {
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < 17 ? i : static_cast<int>(grpc::StatusCode::UNKNOWN);
+}
+
+template <size_t N>
+std::map<int, uint64_t> CodeMap(const std::array<std::atomic<uint64_t>, N>& c) {
+  std::map<int, uint64_t> out;
+  for (size_t i = 0; i < N; ++i) {
+    const uint64_t n = c[i].load(kRelaxed);
+    if (n != 0) out[static_cast<int>(i)] = n;
+  }
+  return out;
+}
+
+// The bucket of `d` among bounds in seconds: the first bound >= d, or the
+// +Inf bucket. A negative duration counts as zero.
+template <size_t N>
+size_t BucketOf(absl::Duration d, const std::array<double, N>& bounds) {
+  const double s = absl::ToDoubleSeconds(d);
+  size_t i = 0;
+  while (i < N && s > bounds[i]) ++i;
+  return i;
+}
+
+uint64_t NonNegativeNanos(absl::Duration d) {
+  const absl::Duration capped =
+      std::min(std::max(d, absl::ZeroDuration()), absl::Hours(24 * 365));
+  return static_cast<uint64_t>(absl::ToInt64Nanoseconds(capped));
+}
+
+template <size_t N>
+std::vector<double> Bounds(const std::array<double, N>& a) {
+  return std::vector<double>(a.begin(), a.end());
 }
 
 template <size_t N>
@@ -89,6 +127,7 @@ void Family(std::string* out, absl::string_view name, absl::string_view type,
 
 void Histogram(std::string* out, absl::string_view name,
                absl::string_view labels, const HistogramSnapshot& h) {
+  // Labels are never empty for a histogram here (method and target).
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     absl::StrAppend(out, name, "_bucket{", labels, ",le=\"",
                     FormatDouble(h.bounds[i]), "\"} ", h.cumulative[i], "\n");
@@ -108,19 +147,59 @@ struct Stats::BreakerCounters {
   std::string last_to;
 };
 
-Stats::Stats() = default;
+Stats::Stats() : Stats(StatsOptions()) {}
+Stats::Stats(StatsOptions options) : options_(options) {}
 Stats::~Stats() = default;
 
 Stats::MethodHandle* Stats::ForMethod(absl::string_view method) {
+  return ForMethod(method, absl::string_view());
+}
+
+Stats::MethodHandle* Stats::ForMethod(absl::string_view method,
+                                      absl::string_view target) {
+  // '\0' cannot be in a method name (an HTTP/2 path) and keeps "a"+"bc"
+  // apart from "ab"+"c".
+  const std::string key =
+      absl::StrCat(method, absl::string_view("\0", 1), target);
   {
     absl::ReaderMutexLock lock(&mu_);
-    auto it = methods_.find(method);
+    auto it = methods_.find(key);
     if (it != methods_.end()) return it->second.get();
   }
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<MethodHandle>& slot = methods_[method];
-  if (slot == nullptr) slot = std::make_unique<MethodHandle>();
-  return slot.get();
+  auto it = methods_.find(key);
+  if (it != methods_.end()) return it->second.get();
+  if (methods_.size() >= options_.max_series) {
+    ++overflows_;
+    if (other_ == nullptr) {
+      other_ = std::make_unique<MethodHandle>();
+      other_->method = std::string(kOther);
+      other_->target = std::string(kOther);
+    }
+    return other_.get();
+  }
+  auto handle = std::make_unique<MethodHandle>();
+  handle->method = std::string(method);
+  handle->target = std::string(target);
+  MethodHandle* raw = handle.get();
+  methods_.emplace(key, std::move(handle));
+  return raw;
+}
+
+void Stats::RecordCallStarted(MethodHandle* h) { Add(h->calls_started); }
+void Stats::RecordAttemptStarted(MethodHandle* h) { Add(h->attempts_started); }
+
+void Stats::WatchBudget(absl::string_view key,
+                        std::weak_ptr<RetryBudget> budget) {
+  absl::MutexLock lock(&mu_);
+  if (budgets_.size() >= budgets_sweep_at_ && !budgets_.contains(key)) {
+    // A weak_ptr keeps a make_shared budget's memory: drop the budgets the
+    // registry forgot, amortized O(1) per new key, as for breakers.
+    absl::erase_if(budgets_,
+                   [](const auto& entry) { return entry.second.expired(); });
+    budgets_sweep_at_ = std::max(kMinBreakersSweepAt, 2 * budgets_.size());
+  }
+  budgets_[key] = std::move(budget);
 }
 
 void Stats::Record(const TraceEvent& event) {
@@ -139,11 +218,20 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
     case TraceEvent::Kind::kFailFast: {
       const int reason = ReasonIndex(event.reason);
       Add(h->calls);
+      Add(h->calls_by_code[CodeIndex(event.code)]);
       Add(h->fail_fasts[reason]);
       Add(h->give_ups[reason]);
       const int sent = std::max(event.attempt - 1, 0);
       Add(h->attempts_buckets[std::min(std::max(sent, 1), 11) - 1]);
       Add(h->attempts_sum, static_cast<uint64_t>(sent));
+      Add(h->call_duration[BucketOf(event.call_duration,
+                                    kDurationBucketsSeconds)]);
+      Add(h->call_duration_ns, NonNegativeNanos(event.call_duration));
+      if (sent > 1) {
+        Add(h->retries_per_call[BucketOf(absl::Seconds(sent - 1),
+                                         kPerCallBuckets)]);
+        Add(h->retries_per_call_sum, static_cast<uint64_t>(sent - 1));
+      }
       return;
     }
     case TraceEvent::Kind::kHedge:
@@ -153,6 +241,10 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
       break;
   }
   Add(h->attempts);
+  Add(h->attempts_by_code[CodeIndex(event.code)]);
+  Add(h->attempt_duration[BucketOf(event.attempt_duration,
+                                   kDurationBucketsSeconds)]);
+  Add(h->attempt_duration_ns, NonNegativeNanos(event.attempt_duration));
   // A hedged call's copy failed and the call goes on: not its end.
   if (event.decision == TraceDecision::kHedge) return;
   if (event.decision == TraceDecision::kRetry) {
@@ -171,12 +263,21 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
   }
   // The call's terminal event.
   Add(h->calls);
+  Add(h->calls_by_code[CodeIndex(event.code)]);
+  Add(h->call_duration[BucketOf(event.call_duration, kDurationBucketsSeconds)]);
+  Add(h->call_duration_ns, NonNegativeNanos(event.call_duration));
   if (event.decision == TraceDecision::kGiveUp) {
     Add(h->give_ups[ReasonIndex(event.reason)]);
   }
   const int attempts = std::max(event.attempt, 0);
   Add(h->attempts_buckets[std::min(std::max(attempts, 1), 11) - 1]);
   Add(h->attempts_sum, static_cast<uint64_t>(attempts));
+  // A hedged call's copies are hedges, not retries (RecordHedgedCall).
+  if (attempts > 1 && event.copy == 0 && event.cancelled.empty()) {
+    Add(h->retries_per_call[BucketOf(absl::Seconds(attempts - 1),
+                                     kPerCallBuckets)]);
+    Add(h->retries_per_call_sum, static_cast<uint64_t>(attempts - 1));
+  }
 }
 
 void Stats::RecordTransition(const TraceEvent& event) {
@@ -209,54 +310,107 @@ size_t Stats::breaker_keys() const {
 
 size_t Stats::method_keys() const {
   absl::ReaderMutexLock lock(&mu_);
-  return methods_.size();
+  return methods_.size() + (other_ != nullptr ? 1 : 0);
 }
 
 void Stats::RecordHedgedCall(MethodHandle* h, int copies, bool later_copy_won,
                              int cancelled, absl::Duration delay) {
-  if (copies > 1) h->hedges.fetch_add(copies - 1, kRelaxed);
+  Add(h->hedged_calls);
+  if (copies > 1) {
+    h->hedges.fetch_add(copies - 1, kRelaxed);
+    Add(h->hedges_per_call[BucketOf(absl::Seconds(copies - 1),
+                                    kPerCallBuckets)]);
+  }
   if (later_copy_won) h->hedges_won.fetch_add(1, kRelaxed);
   if (cancelled > 0) h->copies_cancelled.fetch_add(cancelled, kRelaxed);
   h->hedge_delay_ns.store(absl::ToInt64Nanoseconds(delay), kRelaxed);
 }
 
-StatsSnapshot Stats::Snapshot() const {
-  std::vector<double> delay_bounds;
-  for (double ms : kRetryDelayBucketsMs) delay_bounds.push_back(ms / 1000);
-  std::vector<double> attempts_bounds;
-  for (int i = 1; i <= kAttemptsBuckets; ++i) attempts_bounds.push_back(i);
+MethodStatsSnapshot Stats::SnapshotOf(const MethodHandle& h) {
+  static const std::vector<double>* const delay_bounds = [] {
+    auto* v = new std::vector<double>();
+    for (double ms : kRetryDelayBucketsMs) v->push_back(ms / 1000);
+    return v;
+  }();
+  static const std::vector<double>* const attempts_bounds = [] {
+    auto* v = new std::vector<double>();
+    for (int i = 1; i <= kAttemptsBuckets; ++i) v->push_back(i);
+    return v;
+  }();
+  MethodStatsSnapshot m;
+  m.method = h.method;
+  m.target = h.target;
+  m.calls_started = h.calls_started.load(kRelaxed);
+  m.calls = h.calls.load(kRelaxed);
+  m.calls_by_code = CodeMap(h.calls_by_code);
+  m.attempts_started = h.attempts_started.load(kRelaxed);
+  m.attempts = h.attempts.load(kRelaxed);
+  m.attempts_by_code = CodeMap(h.attempts_by_code);
+  m.retries = h.retries.load(kRelaxed);
+  m.give_ups = ReasonMap(h.give_ups);
+  m.fail_fasts = ReasonMap(h.fail_fasts);
+  m.call_duration =
+      MakeHistogram(h.call_duration, Bounds(kDurationBucketsSeconds),
+                    h.call_duration_ns.load(kRelaxed) / 1e9);
+  m.attempt_duration =
+      MakeHistogram(h.attempt_duration, Bounds(kDurationBucketsSeconds),
+                    h.attempt_duration_ns.load(kRelaxed) / 1e9);
+  m.retries_per_call =
+      MakeHistogram(h.retries_per_call, Bounds(kPerCallBuckets),
+                    static_cast<double>(h.retries_per_call_sum.load(kRelaxed)));
+  m.retry_delay = MakeHistogram(h.delay_buckets, *delay_bounds,
+                                h.delay_sum_us.load(kRelaxed) / 1e6);
+  m.attempts_per_call =
+      MakeHistogram(h.attempts_buckets, *attempts_bounds,
+                    static_cast<double>(h.attempts_sum.load(kRelaxed)));
+  m.hedged_calls = h.hedged_calls.load(kRelaxed);
+  m.hedges = h.hedges.load(kRelaxed);
+  m.hedges_per_call = MakeHistogram(h.hedges_per_call, Bounds(kPerCallBuckets),
+                                    static_cast<double>(m.hedges));
+  m.hedges_won = h.hedges_won.load(kRelaxed);
+  m.copies_cancelled = h.copies_cancelled.load(kRelaxed);
+  m.hedge_delay_seconds =
+      static_cast<double>(h.hedge_delay_ns.load(kRelaxed)) / 1e9;
+  return m;
+}
 
+StatsSnapshot Stats::Snapshot() const {
   StatsSnapshot snap;
-  absl::ReaderMutexLock lock(&mu_);
-  for (const auto& [name, h] : methods_) {
-    MethodStatsSnapshot m;
-    m.method = name;
-    m.calls = h->calls.load(kRelaxed);
-    m.attempts = h->attempts.load(kRelaxed);
-    m.retries = h->retries.load(kRelaxed);
-    m.give_ups = ReasonMap(h->give_ups);
-    m.fail_fasts = ReasonMap(h->fail_fasts);
-    m.retry_delay = MakeHistogram(h->delay_buckets, delay_bounds,
-                                  h->delay_sum_us.load(kRelaxed) / 1e6);
-    m.attempts_per_call =
-        MakeHistogram(h->attempts_buckets, attempts_bounds,
-                      static_cast<double>(h->attempts_sum.load(kRelaxed)));
-    m.hedges = h->hedges.load(kRelaxed);
-    m.hedges_won = h->hedges_won.load(kRelaxed);
-    m.copies_cancelled = h->copies_cancelled.load(kRelaxed);
-    m.hedge_delay_seconds =
-        static_cast<double>(h->hedge_delay_ns.load(kRelaxed)) / 1e9;
-    snap.methods.push_back(std::move(m));
+  std::vector<std::pair<std::string, std::shared_ptr<RetryBudget>>> budgets;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [key, h] : methods_) {
+      snap.methods.push_back(SnapshotOf(*h));
+    }
+    if (other_ != nullptr) snap.methods.push_back(SnapshotOf(*other_));
+    snap.series_overflows = overflows_;
+    for (const auto& [key, b] : breakers_) {
+      BreakerStatsSnapshot s;
+      s.key = key;
+      s.transitions_to = b->transitions_to;
+      s.state = b->last_to;
+      snap.breakers.push_back(std::move(s));
+    }
+    for (const auto& [key, weak] : budgets_) {
+      if (auto b = weak.lock()) budgets.emplace_back(key, std::move(b));
+    }
   }
-  for (const auto& [key, b] : breakers_) {
-    BreakerStatsSnapshot s;
-    s.key = key;
-    s.transitions_to = b->transitions_to;
-    snap.breakers.push_back(std::move(s));
+  // Outside mu_: each budget takes its own lock.
+  for (auto& [key, budget] : budgets) {
+    BudgetStatsSnapshot b;
+    b.key = key;
+    b.budget = budget->Snapshot();
+    b.balance = b.budget.allowance - static_cast<double>(b.budget.retries);
+    snap.budgets.push_back(std::move(b));
   }
   std::sort(snap.methods.begin(), snap.methods.end(),
-            [](const auto& a, const auto& b) { return a.method < b.method; });
+            [](const auto& a, const auto& b) {
+              return std::tie(a.method, a.target) <
+                     std::tie(b.method, b.target);
+            });
   std::sort(snap.breakers.begin(), snap.breakers.end(),
+            [](const auto& a, const auto& b) { return a.key < b.key; });
+  std::sort(snap.budgets.begin(), snap.budgets.end(),
             [](const auto& a, const auto& b) { return a.key < b.key; });
   return snap;
 }
@@ -269,6 +423,14 @@ const MethodStatsSnapshot* StatsSnapshot::FindMethod(
   return nullptr;
 }
 
+const MethodStatsSnapshot* StatsSnapshot::FindSeries(
+    absl::string_view method, absl::string_view target) const {
+  for (const MethodStatsSnapshot& m : methods) {
+    if (m.method == method && m.target == target) return &m;
+  }
+  return nullptr;
+}
+
 const BreakerStatsSnapshot* StatsSnapshot::FindBreaker(
     absl::string_view key) const {
   for (const BreakerStatsSnapshot& b : breakers) {
@@ -277,76 +439,197 @@ const BreakerStatsSnapshot* StatsSnapshot::FindBreaker(
   return nullptr;
 }
 
-std::string ToPrometheusText(const StatsSnapshot& snapshot) {
-  std::string out;
-  std::vector<std::string> labels;  // method="..." per method
-  for (const MethodStatsSnapshot& m : snapshot.methods) {
-    labels.push_back(absl::StrCat("method=\"", EscapeLabel(m.method), "\""));
-  }
+std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
+  using Type = MetricFamilyData::Type;
+  std::vector<MetricFamilyData> out;
+  const auto family = [&](absl::string_view name, Type type,
+                          absl::string_view help) -> MetricFamilyData& {
+    MetricFamilyData& f = out.emplace_back();
+    f.name = std::string(name);
+    f.type = type;
+    f.help = std::string(help);
+    return f;
+  };
+  const auto series = [](const MethodStatsSnapshot& m) {
+    return MetricLabels{{"method", m.method}, {"target", m.target}};
+  };
+  const auto with = [](MetricLabels labels, absl::string_view name,
+                       absl::string_view value) {
+    labels.emplace_back(std::string(name), std::string(value));
+    return labels;
+  };
+  // One sample per series; `skip_zero` leaves out a zero value.
   const auto counter = [&](absl::string_view name, absl::string_view help,
-                           uint64_t MethodStatsSnapshot::*field) {
-    Family(&out, name, "counter", help);
-    for (size_t i = 0; i < snapshot.methods.size(); ++i) {
-      absl::StrAppend(&out, name, "{", labels[i], "} ",
-                      snapshot.methods[i].*field, "\n");
+                           uint64_t MethodStatsSnapshot::*field,
+                           bool skip_zero) {
+    MetricFamilyData& f = family(name, Type::kCounter, help);
+    for (const MethodStatsSnapshot& m : snapshot.methods) {
+      if (skip_zero && m.*field == 0) continue;
+      f.samples.push_back({series(m), static_cast<double>(m.*field), {}});
     }
   };
+  const auto by_code =
+      [&](absl::string_view name, absl::string_view help,
+          std::map<int, uint64_t> MethodStatsSnapshot::*field) {
+        MetricFamilyData& f = family(name, Type::kCounter, help);
+        for (const MethodStatsSnapshot& m : snapshot.methods) {
+          for (const auto& [code, n] : m.*field) {
+            f.samples.push_back(
+                {with(series(m), "code",
+                      StatusCodeName(static_cast<grpc::StatusCode>(code))),
+                 static_cast<double>(n),
+                 {}});
+          }
+        }
+      };
   const auto by_reason =
       [&](absl::string_view name, absl::string_view help,
           std::map<GiveUpReason, uint64_t> MethodStatsSnapshot::*field) {
-        Family(&out, name, "counter", help);
-        for (size_t i = 0; i < snapshot.methods.size(); ++i) {
-          for (const auto& [reason, n] : snapshot.methods[i].*field) {
-            absl::StrAppend(&out, name, "{", labels[i], ",reason=\"",
-                            GiveUpReasonName(reason), "\"} ", n, "\n");
+        MetricFamilyData& f = family(name, Type::kCounter, help);
+        for (const MethodStatsSnapshot& m : snapshot.methods) {
+          for (const auto& [reason, n] : m.*field) {
+            f.samples.push_back(
+                {with(series(m), "reason", GiveUpReasonName(reason)),
+                 static_cast<double>(n),
+                 {}});
           }
         }
       };
   const auto histogram = [&](absl::string_view name, absl::string_view help,
                              HistogramSnapshot MethodStatsSnapshot::*field) {
-    Family(&out, name, "histogram", help);
-    for (size_t i = 0; i < snapshot.methods.size(); ++i) {
-      Histogram(&out, name, labels[i], snapshot.methods[i].*field);
+    MetricFamilyData& f = family(name, Type::kHistogram, help);
+    for (const MethodStatsSnapshot& m : snapshot.methods) {
+      if ((m.*field).count == 0) continue;
+      f.samples.push_back({series(m), 0, m.*field});
     }
   };
 
-  counter("rpcguard_calls_total", "Calls that ended.",
-          &MethodStatsSnapshot::calls);
-  counter("rpcguard_attempts_total", "Attempts that ended.",
-          &MethodStatsSnapshot::attempts);
+  counter("rpcguard_calls_started_total", "Calls started.",
+          &MethodStatsSnapshot::calls_started, false);
+  by_code("rpcguard_calls_total", "Calls that ended, by final status code.",
+          &MethodStatsSnapshot::calls_by_code);
+  counter("rpcguard_attempts_started_total", "Attempts started.",
+          &MethodStatsSnapshot::attempts_started, false);
+  by_code("rpcguard_attempts_total", "Attempts that ended, by status code.",
+          &MethodStatsSnapshot::attempts_by_code);
+  histogram("rpcguard_call_duration_seconds",
+            "Call duration, from the first attempt's start to the end.",
+            &MethodStatsSnapshot::call_duration);
+  histogram("rpcguard_attempt_duration_seconds",
+            "Attempt duration, from its start to its status.",
+            &MethodStatsSnapshot::attempt_duration);
   counter("rpcguard_retries_total", "Attempts followed by a retry.",
-          &MethodStatsSnapshot::retries);
+          &MethodStatsSnapshot::retries, false);
+  histogram("rpcguard_call_retries", "Retries per call that retried.",
+            &MethodStatsSnapshot::retries_per_call);
+  histogram("rpcguard_retry_delay_seconds", "Backoff before each retry.",
+            &MethodStatsSnapshot::retry_delay);
+  histogram("rpcguard_attempts_per_call", "Attempts sent per call.",
+            &MethodStatsSnapshot::attempts_per_call);
   by_reason("rpcguard_give_ups_total", "Calls that gave up, by reason.",
             &MethodStatsSnapshot::give_ups);
   by_reason("rpcguard_fail_fasts_total",
             "Calls ended without sending their next attempt, by reason.",
             &MethodStatsSnapshot::fail_fasts);
-  histogram("rpcguard_retry_delay_seconds", "Backoff before each retry.",
-            &MethodStatsSnapshot::retry_delay);
-  histogram("rpcguard_attempts_per_call", "Attempts sent per call.",
-            &MethodStatsSnapshot::attempts_per_call);
+  histogram("rpcguard_call_hedges",
+            "Copies sent after the first, per hedged call that sent one.",
+            &MethodStatsSnapshot::hedges_per_call);
   counter("rpcguard_hedges_total", "Hedged copies sent after the first.",
-          &MethodStatsSnapshot::hedges);
+          &MethodStatsSnapshot::hedges, true);
   counter("rpcguard_hedges_won_total",
           "Hedged calls decided by a copy after the first.",
-          &MethodStatsSnapshot::hedges_won);
+          &MethodStatsSnapshot::hedges_won, true);
   counter("rpcguard_copies_cancelled_total",
           "Hedged copies cancelled because another decided the call.",
-          &MethodStatsSnapshot::copies_cancelled);
-  Family(&out, "rpcguard_hedge_delay_seconds", "gauge",
-         "The hedge delay the method's last hedged call used.");
-  for (size_t i = 0; i < snapshot.methods.size(); ++i) {
-    absl::StrAppend(&out, "rpcguard_hedge_delay_seconds{", labels[i], "} ",
-                    snapshot.methods[i].hedge_delay_seconds, "\n");
+          &MethodStatsSnapshot::copies_cancelled, true);
+  {
+    MetricFamilyData& f =
+        family("rpcguard_hedge_delay_seconds", Type::kGauge,
+               "The hedge delay the series' last hedged call used.");
+    for (const MethodStatsSnapshot& m : snapshot.methods) {
+      if (m.hedged_calls == 0) continue;
+      f.samples.push_back({series(m), m.hedge_delay_seconds, {}});
+    }
   }
+  {
+    MetricFamilyData& state =
+        family("rpcguard_breaker_state", Type::kGauge,
+               "1 for the state a circuit breaker is in (its last "
+               "transition's).");
+    MetricFamilyData& to =
+        family("rpcguard_breaker_transitions_total", Type::kCounter,
+               "Circuit breaker state changes, by the state entered.");
+    for (const BreakerStatsSnapshot& b : snapshot.breakers) {
+      if (!b.state.empty()) {
+        state.samples.push_back(
+            {{{"breaker", b.key}, {"state", b.state}}, 1, {}});
+      }
+      for (const auto& [state_to, n] : b.transitions_to) {
+        to.samples.push_back({{{"breaker", b.key}, {"to", state_to}},
+                              static_cast<double>(n),
+                              {}});
+      }
+    }
+  }
+  const auto budget = [&](absl::string_view name, Type type,
+                          absl::string_view help, auto value) {
+    MetricFamilyData& f = family(name, type, help);
+    for (const BudgetStatsSnapshot& b : snapshot.budgets) {
+      f.samples.push_back(
+          {{{"budget", b.key}}, static_cast<double>(value(b)), {}});
+    }
+  };
+  budget("rpcguard_retry_budget_balance", Type::kGauge,
+         "Paid retries the budget still allows in its window.",
+         [](const BudgetStatsSnapshot& b) { return b.balance; });
+  budget(
+      "rpcguard_retry_budget_retries_in_flight", Type::kGauge,
+      "Retries on credit (paid only if they fail) not yet ended.",
+      [](const BudgetStatsSnapshot& b) { return b.budget.unpaid_in_flight; });
+  budget("rpcguard_retry_budget_refunds_total", Type::kCounter,
+         "Retries on credit that succeeded, so cost nothing.",
+         [](const BudgetStatsSnapshot& b) { return b.budget.refunded; });
+  budget("rpcguard_retry_budget_free_retries_total", Type::kCounter,
+         "Retries granted free (e.g. never sent to the server).",
+         [](const BudgetStatsSnapshot& b) { return b.budget.free; });
+  budget("rpcguard_retry_budget_refusals_total", Type::kCounter,
+         "Retries the budget refused.",
+         [](const BudgetStatsSnapshot& b) { return b.budget.refused; });
+  family("rpcguard_stats_series_overflows_total", Type::kCounter,
+         "Lookups of a new (method, target) series counted under \"other\" "
+         "because Stats held max_series.")
+      .samples.push_back(
+          {{}, static_cast<double>(snapshot.series_overflows), {}});
+  return out;
+}
 
-  Family(&out, "rpcguard_breaker_transitions_total", "counter",
-         "Circuit breaker state changes, by the state entered.");
-  for (const BreakerStatsSnapshot& b : snapshot.breakers) {
-    for (const auto& [to, n] : b.transitions_to) {
-      absl::StrAppend(&out, "rpcguard_breaker_transitions_total{breaker=\"",
-                      EscapeLabel(b.key), "\",to=\"", EscapeLabel(to), "\"} ",
-                      n, "\n");
+std::string ToPrometheusText(const StatsSnapshot& snapshot) {
+  return ToPrometheusText(ToMetricFamilies(snapshot));
+}
+
+std::string ToPrometheusText(const std::vector<MetricFamilyData>& families) {
+  std::string out;
+  std::string labels;
+  for (const MetricFamilyData& f : families) {
+    absl::string_view type =
+        f.type == MetricFamilyData::Type::kCounter ? "counter"
+        : f.type == MetricFamilyData::Type::kGauge ? "gauge"
+                                                   : "histogram";
+    Family(&out, f.name, type, f.help);
+    for (const MetricSample& s : f.samples) {
+      labels.clear();
+      for (const auto& [name, value] : s.labels) {
+        absl::StrAppend(&labels, labels.empty() ? "" : ",", name, "=\"",
+                        EscapeLabel(value), "\"");
+      }
+      if (f.type == MetricFamilyData::Type::kHistogram) {
+        Histogram(&out, f.name, labels, s.histogram);
+      } else if (labels.empty()) {
+        absl::StrAppend(&out, f.name, " ", FormatDouble(s.value), "\n");
+      } else {
+        absl::StrAppend(&out, f.name, "{", labels, "} ", FormatDouble(s.value),
+                        "\n");
+      }
     }
   }
   return out;

@@ -113,6 +113,12 @@ struct TraceEvent {
   // Time left before the call's deadline when the event happened; may be
   // negative, absl::InfiniteDuration() when the call has no deadline.
   absl::Duration deadline_left = absl::InfiniteDuration();
+  // For Stats, not written to trace lines; on the injected Clock's
+  // monotonic time. kAttempt: how long the attempt that ended took, from its
+  // send. A call's terminal event: how long the call took, from the start of
+  // its first attempt (zero when none was sent). Zero when not measured.
+  absl::Duration attempt_duration = absl::ZeroDuration();
+  absl::Duration call_duration = absl::ZeroDuration();
   // The circuit breaker guarding the call's destination and its state
   // ("closed", "open", "half_open"); empty when there is none.
   std::string breaker_key;

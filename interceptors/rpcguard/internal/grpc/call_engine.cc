@@ -105,7 +105,7 @@ bool CallEngine::done() const {
 void CallEngine::Start() { SendAttempt(SendKind::kFirst, std::nullopt); }
 
 std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
-    std::optional<Admission> admission) {
+    std::optional<Admission> admission, absl::Time sent) {
   std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
   attempt->admission = std::move(admission);
   attempt->app_call = true;
@@ -113,7 +113,7 @@ std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
   attempt->number = 1;
   internal::MutexLock lock(&mu_);
   attempt->deadline = controller_.StartAttempt();
-  attempt->sent = controller_.Now();
+  attempt->sent = sent;
   first_sent_ = attempt->sent;
   attempts_.push_back(attempt);
   return attempt;
@@ -207,6 +207,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->deadline = controller_.StartAttempt();
         attempt->sent = controller_.Now();
         if (number == 1) first_sent_ = attempt->sent;
+        Stats::RecordAttemptStarted(method_.stats);
         attempt->sending = true;
         attempts_.push_back(attempt);
         ++sending_;
@@ -389,6 +390,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
         line.decision = step.decision;
         line.backoff = step.trace_backoff;
         line.deadline_left = controller_.Remaining();
+        line.attempt_duration = controller_.Now() - attempt->sent;
         traced = true;
       }
     }
@@ -677,6 +679,11 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                     : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                     : reason;
   terminal.deadline_left = controller_.Remaining();
+  if (last != nullptr)
+    terminal.attempt_duration = controller_.Now() - last->sent;
+  if (first_sent_ != absl::InfinitePast()) {
+    terminal.call_duration = controller_.Now() - first_sent_;
+  }
   terminal.message = status.error_message();
   if (commit_.has_value()) {
     terminal.commit = std::string(CommitReasonName(*commit_));

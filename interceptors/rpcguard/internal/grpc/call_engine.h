@@ -201,9 +201,11 @@ class CallEngine {
   // Sends attempt 1 (or ends the call when the gate refuses it).
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Attempt 1 is the application's own call, already admitted by the
-  // breaker; returns it, for OnAttemptDone.
+  // breaker and started at `sent` (on the injected clock); returns it, for
+  // OnAttemptDone.
   std::shared_ptr<EngineAttempt> RideFirstAttempt(
-      std::optional<Admission> admission) ABSL_LOCKS_EXCLUDED(mu_);
+      std::optional<Admission> admission, absl::Time sent)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the call before any attempt.
   void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
       ABSL_LOCKS_EXCLUDED(mu_);

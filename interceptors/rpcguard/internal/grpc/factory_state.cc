@@ -132,6 +132,7 @@ FactoryState::FactoryState(Options options)
                     ? std::move(options.breaker_registry)
                     : BreakerRegistry::Default()),
       destination_(options.destination),
+      target_(options.destination),
       hedge_timers_(TimerQueue::Create()) {}
 
 FactoryState::~FactoryState() {
@@ -157,7 +158,7 @@ const MethodState& FactoryState::ForMethod(
     auto state = std::make_unique<MethodState>();
     state->name = std::string(key);
     state->resolved = config_.Resolve(key);
-    state->stats = stats_->ForMethod(key);
+    state->stats = stats_->ForMethod(key, target_);
     state->Register(channel, first_batch);
     AttachDestination(key, state.get());
     return state;
@@ -201,6 +202,7 @@ void FactoryState::AttachDestination(absl::string_view method,
     } else {
       state->budget = registry_->GetBudget(key);
     }
+    if (state->budget != nullptr) stats_->WatchBudget(key, state->budget);
   }
   if (const auto& hedging = state->resolved.policy.hedging) {
     if (hedging->adaptive_percentile.has_value()) {

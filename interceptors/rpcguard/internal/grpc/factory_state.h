@@ -188,6 +188,8 @@ class FactoryState {
   const GiveUpHook give_up_hook_;
   const std::shared_ptr<BreakerRegistry> registry_;
   std::string destination_;  // set before any call, then read-only
+  // Options::destination as given: the Stats series' target label.
+  const std::string target_;
   BreakerRegistry::ListenerId listener_id_ = 0;
   MethodCache<MethodState> methods_;
   const std::shared_ptr<TimerQueue> hedge_timers_;

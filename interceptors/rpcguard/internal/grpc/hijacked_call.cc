@@ -88,9 +88,9 @@ void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
 }
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
-                                    void* response_object) {
+                                    void* response_object, absl::Time sent) {
   response_object_ = response_object;
-  ride_ = engine_.RideFirstAttempt(std::move(admission));
+  ride_ = engine_.RideFirstAttempt(std::move(admission), sent);
 }
 
 bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,

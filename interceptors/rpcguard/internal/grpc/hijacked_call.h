@@ -122,10 +122,10 @@ class HijackedCall final : public CallIo,
 
   // Attempt 1 is the application's own call, already admitted by the
   // breaker (`admission`); `response_object` is the application's response
-  // message. rpcguard steps in when its outcome calls for a retry
-  // (OnFirstAttemptDone).
+  // message; `sent` when it started. rpcguard steps in when its outcome
+  // calls for a retry (OnFirstAttemptDone).
   void RideFirstAttempt(std::optional<Admission> admission,
-                        void* response_object);
+                        void* response_object, absl::Time sent);
 
   // The application's call, carrying attempt 1 (RideFirstAttempt), received
   // its outcome in `batch` (POST_RECV_STATUS); `channel` is the call's
