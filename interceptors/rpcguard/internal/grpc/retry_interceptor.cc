@@ -248,7 +248,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // wall-clock step before the call ends changes nothing.
     caller_deadline_ =
         CallerDeadline(*info_->client_context(), factory_->clock());
-    started_ = factory_->clock()->MonotonicNow();
+    own_call_started_ = factory_->clock()->MonotonicNow();
     Stats::RecordAttemptStarted(method_->stats);
     if (mode_ == CallMode::kRide) {
       // What a retry would need, kept cheaply: the call's state is built
@@ -340,7 +340,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.idempotency_key = std::move(key_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
-    call->RideFirstAttempt(std::move(admission_), ride_response_, started_);
+    call->RideFirstAttempt(std::move(admission_), ride_response_, own_call_started_);
     admission_.reset();
     bool cancelled;
     {
@@ -367,7 +367,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
     event.code = status->error_code();
-    event.attempt_duration = factory_->clock()->MonotonicNow() - started_;
+    event.attempt_duration = factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
     AttemptOutcome outcome;
     if (!status->ok()) {
@@ -456,7 +456,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // starts (CallerDeadline), for every later decision.
   CallDeadline caller_deadline_;
   // kMetadataOnly, kRide: when attempt 1 started, on the injected clock.
-  absl::Time started_;
+  absl::Time own_call_started_;
   // kMetadataOnly, kRide: the breaker's admission of attempt 1.
   std::optional<Admission> admission_;
   // kRide: the request (also kMetadataOnly, for a give-up hook), the
