@@ -135,7 +135,11 @@ FactoryState::FactoryState(Options options)
       hedge_timers_(TimerQueue::Create()) {}
 
 FactoryState::~FactoryState() {
-  registry_->RemoveTransitionListener(listener_id_);
+  // Nothing else can add to the map now: the last reference is gone.
+  internal::MutexLock lock(&listen_mu_);
+  for (const auto& [key, id] : listening_) {
+    registry_->RemoveTransitionListener(id);
+  }
 }
 
 void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
@@ -143,11 +147,19 @@ void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
     // No target to share with: a key of this factory's own.
     destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
   }
-  std::weak_ptr<FactoryState> weak = self;
-  listener_id_ =
-      registry_->AddTransitionListener([weak](const BreakerTransition& t) {
-        if (auto state = weak.lock()) state->OnTransition(t);
-      });
+  self_ = self;
+  ListenTo(destination_);
+}
+
+void FactoryState::ListenTo(const std::string& key) const {
+  internal::MutexLock lock(&listen_mu_);
+  if (listening_.contains(key)) return;
+  std::weak_ptr<FactoryState> weak = self_;
+  listening_.emplace(key, registry_->AddTransitionListener(
+                              key, [weak](const BreakerTransition& t) {
+                                if (auto state = weak.lock())
+                                  state->OnTransition(t);
+                              }));
 }
 
 const MethodState& FactoryState::ForMethod(
@@ -174,6 +186,8 @@ void FactoryState::AttachDestination(absl::string_view method,
     absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
   }
   const std::string& key = state->breaker_key;
+  // Before the lookup, so that no transition of the breaker is missed.
+  ListenTo(key);
   // The first error wins; the call fails with it (CallFacts).
   auto note = [state](const absl::Status& s) {
     if (state->setup_error.ok()) state->setup_error = s;
@@ -229,15 +243,7 @@ void FactoryState::AttachDestination(absl::string_view method,
   }
 }
 
-bool FactoryState::OwnsBreakerKey(absl::string_view key) const {
-  // A prefix alone would let "host:5005" claim "host:50051".
-  return key == destination_ ||
-         (absl::StartsWith(key, destination_) &&
-          key.size() > destination_.size() && key[destination_.size()] == '/');
-}
-
 void FactoryState::OnTransition(const BreakerTransition& t) const {
-  if (!OwnsBreakerKey(t.key)) return;
   if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
   TraceEvent e;
   e.kind = TraceEvent::Kind::kBreakerTransition;
