@@ -145,6 +145,12 @@ class FactoryState {
     }
   }
 
+  // The metadata keys whose values trace lines carry (Config's
+  // DestinationConfig::correlation_keys).
+  const std::vector<std::string>& correlation_keys() const {
+    return config_.destination().correlation_keys;
+  }
+
   // The hedge timers of this factory's calls, on one alarm. Never null.
   TimerQueue* hedge_timers() const { return hedge_timers_.get(); }
 

@@ -31,6 +31,7 @@
 #include "rpcguard/internal/grpc/sending_scope.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
 namespace internal {
@@ -155,6 +156,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     facts.destination_error = method.setup_error;
     std::string caller_key;
     if (has_metadata) {
+      if (!factory_->correlation_keys().empty()) {
+        correlation_ = ReadCorrelationIds(*md, factory_->correlation_keys());
+      }
       facts.caller_keys =
           static_cast<int>(md->count(HeaderString<kIdempotencyKeyHeader>()));
       if (facts.caller_keys > 0) {
@@ -245,6 +249,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     auto call = NewHijackedCall();
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
+    setup.correlation = std::move(correlation_);
     if (has_metadata) {
       md->erase(HeaderString<kIdempotencyKeyHeader>());
       setup.metadata.assign(md->begin(), md->end());
@@ -298,6 +303,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     std::shared_ptr<HijackedCall> call = NewHijackedCall();
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
+    setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
     call->RideFirstAttempt(std::move(admission_), ride_response_);
@@ -365,6 +371,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       if (e.call_id == 0) e.call_id = factory_->random()->Next64();
       e.method = method.name;
       e.idempotency_key = key_;
+      correlation_.FillIn(e);
       e.deadline_left =
           caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
       FactoryState::FillBreaker(method, e);
@@ -383,7 +390,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // The method's state, or, until its first call resolves it, its name.
   const MethodState* method_ = nullptr;
   std::string method_name_;
-  std::string key_;  // the call's idempotency key
+  std::string key_;             // the call's idempotency key
+  CorrelationIds correlation_;  // the caller's ids, for trace lines
   // The caller's deadline on the monotonic clocks, read when the call
   // starts (CallerDeadline), for every later decision.
   CallDeadline caller_deadline_;
