@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -24,9 +25,10 @@ namespace rpcguard {
 // takes the lock only for one hash lookup and to copy two pointers, and calls
 // the listeners without it, so a listener may add or remove listeners.
 //
-// A transition of key K costs a lookup of K and a call of each of K's own
-// listeners (plus the all-keys ones): a process with a channel per
-// destination does not call every channel's listener for every transition.
+// A transition of key K costs a lookup of K and of each prefix of K that
+// ends before a '/' (a handful), and a call of each listener of those (plus
+// the all-keys ones): a process with a channel per destination does not
+// call every channel's listener for every transition.
 // The map is keyed by what callers choose (destinations), so a key's entry
 // is erased with its last listener.
 class BreakerRegistry::Listeners {
@@ -69,16 +71,22 @@ class BreakerRegistry::Listeners {
 
   void Notify(const BreakerTransition& transition) {
     std::shared_ptr<const List> all;
-    std::shared_ptr<const List> own;
+    // The lists of the key and of each prefix of it that ends before a '/'
+    // (its destination, for a per-service key), shortest first.
+    absl::InlinedVector<std::shared_ptr<const List>, 2> own;
     {
       internal::MutexLock lock(&mu_);
       all = all_;
-      auto it = by_key_.find(transition.key);
-      if (it != by_key_.end()) own = it->second;
+      const absl::string_view key = transition.key;
+      for (size_t i = 0; !by_key_.empty() && i <= key.size(); ++i) {
+        if (i < key.size() && key[i] != '/') continue;
+        auto it = by_key_.find(key.substr(0, i));
+        if (it != by_key_.end()) own.push_back(it->second);
+      }
     }
     for (const auto& l : *all) l.second(transition);
-    if (own != nullptr) {
-      for (const auto& l : *own) l.second(transition);
+    for (const auto& list : own) {
+      for (const auto& l : *list) l.second(transition);
     }
   }
 

@@ -120,13 +120,15 @@ class BreakerRegistry {
   // to hear a few keys among many, use the keyed overload.
   ListenerId AddTransitionListener(BreakerListener listener);
 
-  // Adds a listener for the transitions of the breaker of `key` only (the
-  // breaker need not exist yet, and one evicted and created again is still
-  // heard). Same rules as above; a transition calls the all-keys listeners,
-  // then its key's, each group in the order they were added, and no other
-  // key's. Costs one hash lookup per transition whatever the number of
-  // listeners and keys; the registry keeps a key's entry only while it has
-  // a listener.
+  // Adds a listener for the transitions of the breakers of one destination
+  // only: the breaker of `key`, and those of `key` + "/" + anything (the
+  // per-service keys, "dns:///db:443/pkg.Svc"). The breakers need not exist
+  // yet, and one evicted and created again is still heard. Same rules as
+  // above; a transition calls the all-keys listeners, then those of its
+  // destination, then those of its own key (when that is longer), each
+  // group in the order added, and no other listener. Costs a hash lookup
+  // per '/' in the key, whatever the number of listeners and keys; the
+  // registry keeps a key's entry only while it has a listener.
   ListenerId AddTransitionListener(absl::string_view key,
                                    BreakerListener listener);
 

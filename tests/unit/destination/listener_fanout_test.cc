@@ -89,6 +89,22 @@ TEST(ListenerFanoutTest, ListenerCallsPerTransitionWithAThousandListeners) {
   EXPECT_EQ(keyed_calls.load(), 1);
 }
 
+// A destination's listener hears its per-service keys too, and nothing that
+// merely starts with the same text.
+TEST(ListenerFanoutTest, AKeysListenerHearsItsPerServiceKeys) {
+  auto registry = Make();
+  std::vector<std::string> seen;
+  registry->AddTransitionListener(
+      "dns:///d:443",
+      [&](const BreakerTransition& t) { seen.push_back(t.key); });
+  for (const char* key :
+       {"dns:///d:443", "dns:///d:443/pkg.Svc", "dns:///d:4430",
+        "dns:///d:443x/pkg.Svc", "dns:///d:44", "dns:///"}) {
+    registry->Get(key)->ForceOpen();
+  }
+  EXPECT_THAT(seen, ElementsAre("dns:///d:443", "dns:///d:443/pkg.Svc"));
+}
+
 TEST(ListenerFanoutTest, AllKeysListenersComeFirstThenTheKeysInOrder) {
   auto registry = Make();
   std::vector<std::string> seen;
@@ -100,8 +116,14 @@ TEST(ListenerFanoutTest, AllKeysListenersComeFirstThenTheKeysInOrder) {
       "k", [&](const BreakerTransition&) { seen.push_back("k2"); });
   registry->AddTransitionListener(
       "other", [&](const BreakerTransition&) { seen.push_back("other"); });
+  registry->AddTransitionListener(
+      "k/svc", [&](const BreakerTransition&) { seen.push_back("k/svc"); });
   registry->Get("k")->ForceOpen();
   EXPECT_THAT(seen, ElementsAre("all", "k1", "k2"));
+  // A per-service key: the destination's listeners, then its own.
+  seen.clear();
+  registry->Get("k/svc")->ForceOpen();
+  EXPECT_THAT(seen, ElementsAre("all", "k1", "k2", "k/svc"));
 }
 
 TEST(ListenerFanoutTest, RemovalStopsCallsAndDropsTheKeyWithItsLastListener) {

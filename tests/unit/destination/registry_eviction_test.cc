@@ -275,13 +275,17 @@ TEST_F(RegistryEvictionTest, FactoriesHearOnlyTheirOwnDestinations) {
   registry_->Get("dns:///a:443")->ForceOpen();
   EXPECT_EQ(a_written, 1);
   EXPECT_EQ(b_written, 0);
-  // A prefix of another destination is not it.
+  // A destination that merely starts with another is not it; a per-service
+  // key of it is.
   registry_->Get("dns:///a:4430")->ForceOpen();
   EXPECT_EQ(a_written, 1);
+  registry_->Get("dns:///a:443/pkg.Svc")->ForceOpen();
+  EXPECT_EQ(a_written, 2);
+  EXPECT_EQ(b_written, 0);
   a.reset();
   EXPECT_EQ(registry_->listener_keys(), 1u);
   registry_->Get("dns:///a:443")->Reset();
-  EXPECT_EQ(a_written, 1);
+  EXPECT_EQ(a_written, 2);
   b.reset();
   EXPECT_EQ(registry_->listener_keys(), 0u);
 }

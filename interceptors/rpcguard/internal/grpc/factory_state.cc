@@ -135,11 +135,7 @@ FactoryState::FactoryState(Options options)
       hedge_timers_(TimerQueue::Create()) {}
 
 FactoryState::~FactoryState() {
-  // Nothing else can add to the map now: the last reference is gone.
-  internal::MutexLock lock(&listen_mu_);
-  for (const auto& [key, id] : listening_) {
-    registry_->RemoveTransitionListener(id);
-  }
+  registry_->RemoveTransitionListener(listener_id_);
 }
 
 void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
@@ -147,19 +143,13 @@ void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
     // No target to share with: a key of this factory's own.
     destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
   }
-  self_ = self;
-  ListenTo(destination_);
-}
-
-void FactoryState::ListenTo(const std::string& key) const {
-  internal::MutexLock lock(&listen_mu_);
-  if (listening_.contains(key)) return;
-  std::weak_ptr<FactoryState> weak = self_;
-  listening_.emplace(key, registry_->AddTransitionListener(
-                              key, [weak](const BreakerTransition& t) {
-                                if (auto state = weak.lock())
-                                  state->OnTransition(t);
-                              }));
+  std::weak_ptr<FactoryState> weak = self;
+  // The destination's breakers only (its own key and its per-service
+  // keys): other destinations' transitions never reach this factory.
+  listener_id_ = registry_->AddTransitionListener(
+      destination_, [weak](const BreakerTransition& t) {
+        if (auto state = weak.lock()) state->OnTransition(t);
+      });
 }
 
 const MethodState& FactoryState::ForMethod(
@@ -186,8 +176,6 @@ void FactoryState::AttachDestination(absl::string_view method,
     absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
   }
   const std::string& key = state->breaker_key;
-  // Before the lookup, so that no transition of the breaker is missed.
-  ListenTo(key);
   // The first error wins; the call fails with it (CallFacts).
   auto note = [state](const absl::Status& s) {
     if (state->setup_error.ok()) state->setup_error = s;

@@ -20,15 +20,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/internal/base/method_cache.h"
-#include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/timer_queue.h"
 
@@ -111,8 +108,8 @@ class FactoryState {
   FactoryState& operator=(const FactoryState&) = delete;
 
   // Starts tracing the transitions of this factory's breakers (its
-  // destination's now, each other key as a method first uses it). Called
-  // once, right after construction (it needs a weak_ptr to this).
+  // destination's, and its per-service keys'). Called once, right after
+  // construction (it needs a weak_ptr to this).
   void Init(const std::shared_ptr<FactoryState>& self);
 
   Clock* clock() const { return clock_; }
@@ -169,12 +166,6 @@ class FactoryState {
  private:
   void AttachDestination(absl::string_view method, MethodState* state) const;
   void OnTransition(const BreakerTransition& t) const;
-  // Subscribes OnTransition to the breaker of `key` (once per key): this
-  // factory's destination, and each key its methods use (the destination
-  // plus "/service" with key_per_service). Only these keys' transitions
-  // reach this factory, so many factories on one registry do not each hear
-  // every destination's.
-  void ListenTo(const std::string& key) const ABSL_LOCKS_EXCLUDED(listen_mu_);
 
   const Config config_;
   Clock* const clock_;
@@ -185,12 +176,8 @@ class FactoryState {
   const std::shared_ptr<Stats> stats_;
   const GiveUpHook give_up_hook_;
   const std::shared_ptr<BreakerRegistry> registry_;
-  std::string destination_;           // set before any call, then read-only
-  std::weak_ptr<FactoryState> self_;  // set by Init, then read-only
-  mutable internal::Mutex listen_mu_;
-  // The registry listener of each breaker key this factory listens to.
-  mutable absl::flat_hash_map<std::string, BreakerRegistry::ListenerId>
-      listening_ ABSL_GUARDED_BY(listen_mu_);
+  std::string destination_;  // set before any call, then read-only
+  BreakerRegistry::ListenerId listener_id_ = 0;
   MethodCache<MethodState> methods_;
   const std::shared_ptr<TimerQueue> hedge_timers_;
 };
