@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs //tools:rpcguard_trace on a sample log: summary, --call timeline,
-# stdin, exit codes.
+# stdin, exit codes; and --correlation on a log whose calls carry ids.
 set -uo pipefail
 tool="$1"
 log="$2"
+correlated="$3"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out="$("$tool" "$log")" || fail "summary exited $?"
@@ -29,4 +30,18 @@ grep -q 'result: done after 3 attempts; 59.9 ms of backoff' <<<"$timeline" || fa
 [ $? -eq 2 ] || fail "unknown flag must exit 2"
 "$tool" --call >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--call without id must exit 2"
+out="$("$tool" --correlation 4BF92F3577B34DA6A3CE929D0E0E4736 "$correlated")" || fail "correlation exited $?"
+echo "$out"
+grep -q '^rpcguard trace: 5 lines, 2 events, 0 unparsable$' <<<"$out" || fail "trace_id filter counts"
+grep -q '^correlation 4BF92F3577B34DA6A3CE929D0E0E4736: 3 events of other calls skipped$' <<<"$out" || fail "skipped"
+grep -q '^/shop.v1.Cart/Add$' <<<"$out" || fail "trace_id filter method"
+grep -q '^/shop.v1.Cart/Get$' <<<"$out" && fail "trace_id filter kept another call"
+out="$("$tool" --correlation=x-request-id:r-9 "$correlated")" || fail "key:value exited $?"
+grep -q '^rpcguard trace: 5 lines, 1 events, 0 unparsable$' <<<"$out" || fail "key:value filter (JSON line)"
+grep -q '^/shop.v1.Cart/Get$' <<<"$out" || fail "key:value filter method"
+out="$("$tool" --correlation r-7 --call a1 "$correlated")" || fail "timeline with ids exited $?"
+grep -q '^call a1  /shop.v1.Cart/Add  key=k-a1  trace_id=4bf92f3577b34da6a3ce929d0e0e4736  x-request-id=r-7$' <<<"$out" || fail "timeline ids"
+"$tool" --correlation nobody "$correlated" | grep -q '^rpcguard trace: 5 lines, 0 events' || fail "unknown id"
+"$tool" --correlation >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--correlation without id must exit 2"
 echo PASS

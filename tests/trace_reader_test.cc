@@ -56,6 +56,8 @@ void ExpectSameEvent(const TraceEvent& a, const TraceEvent& b) {
   EXPECT_EQ(a.to_state, b.to_state);
   EXPECT_EQ(a.copy, b.copy);
   EXPECT_EQ(a.cancelled, b.cancelled);
+  EXPECT_EQ(a.trace_id, b.trace_id);
+  EXPECT_EQ(a.correlation, b.correlation);
   EXPECT_EQ(a.message, b.message);
 }
 
@@ -150,6 +152,17 @@ std::vector<TraceEvent> VariedEvents() {
   won.copy = 2;
   won.cancelled = {1, 3};
   events.push_back(won);
+
+  // A caller's correlation ids, with values a logfmt writer must quote.
+  TraceEvent ids = AttemptEvent(10, "/a.B/C", 1, grpc::StatusCode::UNAVAILABLE,
+                                StatusClass::kRetriable, TraceDecision::kRetry,
+                                absl::Milliseconds(40), absl::Milliseconds(5));
+  ids.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  ids.correlation = {{"x-request-id", "r=7\"q\\"}, {"x-b3", "a:b"}};
+  events.push_back(ids);
+  ids.kind = TraceEvent::Kind::kFailFast;
+  ids.trace_id.clear();
+  events.push_back(ids);
   return events;
 }
 
@@ -581,6 +594,63 @@ TEST(ParseTraceLineTest, BadCopyFieldsSayWhy) {
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().message(), why);
   }
+}
+
+TEST(MatchesCorrelationTest, TraceIdValueOrKeyValue) {
+  TraceEvent e;
+  e.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  e.correlation = {{"x-request-id", "r-7"}};
+  EXPECT_TRUE(MatchesCorrelation(e, "4bf92f3577b34da6a3ce929d0e0e4736"));
+  EXPECT_TRUE(MatchesCorrelation(e, "4BF92F3577B34DA6A3CE929D0E0E4736"));
+  EXPECT_TRUE(MatchesCorrelation(e, "r-7"));
+  EXPECT_TRUE(MatchesCorrelation(e, "x-request-id:r-7"));
+  EXPECT_FALSE(MatchesCorrelation(e, "x-other:r-7"));
+  EXPECT_FALSE(MatchesCorrelation(e, "r-"));
+  EXPECT_FALSE(MatchesCorrelation(e, "4bf92f3577b34da6"));
+  EXPECT_FALSE(MatchesCorrelation(e, ""));
+  EXPECT_FALSE(MatchesCorrelation(TraceEvent(), ""));
+}
+
+// --correlation: only the calls carrying the id are summarised; breaker
+// lines and other calls are skipped and counted.
+TEST(TraceReaderTest, CorrelationFilterKeepsOnlyMatchingCalls) {
+  ReaderOptions options;
+  options.correlation = "r-7";
+  TraceReader reader(options);
+  TraceEvent a = AttemptEvent(1, "/a.B/C", 1, grpc::StatusCode::UNAVAILABLE,
+                              StatusClass::kRetriable, TraceDecision::kRetry,
+                              absl::ZeroDuration(), absl::Milliseconds(5));
+  a.correlation = {{"x-request-id", "r-7"}};
+  TraceEvent a2 = a;
+  a2.attempt = 2;
+  a2.code = grpc::StatusCode::OK;
+  a2.status_class = StatusClass::kOk;
+  a2.decision = TraceDecision::kDone;
+  TraceEvent other = a;
+  other.call_id = 2;
+  other.correlation = {{"x-request-id", "r-8"}};
+  TraceEvent none = a;
+  none.call_id = 3;
+  none.correlation.clear();
+  TraceEvent breaker;
+  breaker.kind = TraceEvent::Kind::kBreakerTransition;
+  breaker.breaker_key = "payments:443";
+  breaker.from_state = "closed";
+  breaker.to_state = "open";
+  for (const TraceEvent& e : {a, other, none, breaker, a2}) {
+    reader.AddLine(FormatLogfmt(e));
+  }
+  EXPECT_EQ(reader.lines(), 5);
+  EXPECT_EQ(reader.events(), 2);
+  EXPECT_EQ(reader.skipped(), 3);
+  std::vector<MethodSummary> methods = reader.Methods();
+  ASSERT_EQ(methods.size(), 1u);
+  EXPECT_EQ(methods[0].calls, 1);
+  EXPECT_EQ(methods[0].done, 1);
+  EXPECT_TRUE(reader.breaker_transitions().empty());
+  EXPECT_THAT(reader.Summary(),
+              ::testing::HasSubstr(
+                  "\ncorrelation r-7: 3 events of other calls skipped\n"));
 }
 
 TEST(TraceReaderTest, TimelineOfAnUnknownCall) {

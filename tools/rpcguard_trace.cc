@@ -4,6 +4,8 @@
 //
 //   rpcguard_trace [--slowest N] [FILE...]     per-method summary
 //   rpcguard_trace --call ID [FILE...]         one call's timeline
+//   rpcguard_trace --correlation ID [FILE...]  only the calls that carry a
+//                                              caller's correlation id
 //
 // Reads standard input when no FILE is given (or for "-"). Lines that are not
 // rpcguard events are ignored; event lines it cannot read are counted and
@@ -22,11 +24,15 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: rpcguard_trace [--call ID] [--slowest N] [FILE...]\n"
+    "usage: rpcguard_trace [--call ID] [--correlation ID] [--slowest N]\n"
+    "                      [FILE...]\n"
     "  Summarises rpcguard trace events (logfmt or JSON lines, mixed with\n"
     "  other log lines) per method; reads stdin when no FILE is given.\n"
-    "  --call ID    print the timeline of one call (its call= value)\n"
-    "  --slowest N  list the N slowest calls (default 5)\n";
+    "  --call ID         print the timeline of one call (its call= value)\n"
+    "  --correlation ID  read only the calls that carry this correlation\n"
+    "                    id: a trace_id, a correlation value, or\n"
+    "                    key:value (x-request-id:r-7)\n"
+    "  --slowest N       list the N slowest calls (default 5)\n";
 
 void ReadStream(std::istream& in, absl::string_view name,
                 rpcguard::TraceReader* reader) {
@@ -63,6 +69,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.call_id = *id;
+      continue;
+    }
+    if (const char* v = value("--correlation"); v == nullptr || *v != '\0') {
+      if (v == nullptr) {
+        std::cerr << "rpcguard_trace: --correlation needs an id\n" << kUsage;
+        return 2;
+      }
+      options.correlation = std::string(v);
       continue;
     }
     if (const char* v = value("--slowest"); v == nullptr || *v != '\0') {

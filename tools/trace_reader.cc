@@ -306,7 +306,25 @@ int TraceReader::MethodIndex(absl::string_view method) {
   return index;
 }
 
+bool MatchesCorrelation(const TraceEvent& event, absl::string_view id) {
+  if (id.empty()) return false;
+  if (absl::EqualsIgnoreCase(event.trace_id, id)) return true;
+  for (const CorrelationId& c : event.correlation) {
+    if (c.value == id) return true;
+    if (id.size() == c.key.size() + 1 + c.value.size() &&
+        absl::StartsWith(id, c.key) && id[c.key.size()] == ':' &&
+        absl::EndsWith(id, c.value)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void TraceReader::AddEvent(const TraceEvent& e) {
+  if (options_.correlation && !MatchesCorrelation(e, *options_.correlation)) {
+    ++skipped_;
+    return;
+  }
   ++events_;
   if (options_.call_id && e.call_id == *options_.call_id) {
     call_events_.push_back(e);
@@ -388,6 +406,10 @@ std::string TraceReader::Summary() const {
   std::string out =
       absl::StrCat("rpcguard trace: ", lines_, " lines, ", events_, " events, ",
                    unparsable_, " unparsable\n");
+  if (options_.correlation) {
+    absl::StrAppend(&out, "correlation ", *options_.correlation, ": ", skipped_,
+                    " events of other calls skipped\n");
+  }
   for (const MethodSummary& m : Methods()) {
     absl::StrAppend(&out, "\n", m.method.empty() ? "(no method)" : m.method,
                     "\n");
@@ -587,6 +609,12 @@ std::string TraceReader::Timeline() const {
                     first_call_event->idempotency_key.empty()
                         ? "-"
                         : first_call_event->idempotency_key);
+    if (!first_call_event->trace_id.empty()) {
+      absl::StrAppend(&out, "  trace_id=", first_call_event->trace_id);
+    }
+    for (const CorrelationId& c : first_call_event->correlation) {
+      absl::StrAppend(&out, "  ", c.key, "=", c.value);
+    }
   }
   absl::StrAppend(&out, "\n  first event at ",
                   absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", events[0].time,

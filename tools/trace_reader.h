@@ -45,10 +45,19 @@ absl::StatusOr<TraceEvent> ParseTraceLine(absl::string_view line);
 // Parses a call id as written in traces (hex, 1 to 16 digits, any case).
 std::optional<uint64_t> ParseCallId(absl::string_view text);
 
+// Whether `event` carries the correlation id `id`: its trace_id (`id` in any
+// case), the value of one of its correlation ids ("r-7"), or one of them as
+// key:value ("x-request-id:r-7"). An empty `id` matches nothing.
+bool MatchesCorrelation(const TraceEvent& event, absl::string_view id);
+
 // What the reader is asked for.
 struct ReaderOptions {
   // Keep the events of this call for Timeline().
   std::optional<uint64_t> call_id;
+  // Read only the events of calls that carry this correlation id
+  // (MatchesCorrelation); breaker transitions and other calls' events are
+  // skipped, and counted (skipped()).
+  std::optional<std::string> correlation;
   // How many calls the "slowest calls" table lists.
   int slowest = 5;
   // How many unparsable lines the summary quotes (all are counted).
@@ -93,6 +102,8 @@ class TraceReader {
   int64_t lines() const { return lines_; }
   int64_t events() const { return events_; }
   int64_t unparsable() const { return unparsable_; }
+  // Events left out by ReaderOptions::correlation (not in events()).
+  int64_t skipped() const { return skipped_; }
   // The first few unparsable lines: "source:line: why".
   const std::vector<std::string>& unparsable_examples() const {
     return examples_;
@@ -139,6 +150,7 @@ class TraceReader {
   int64_t lines_ = 0;
   int64_t events_ = 0;
   int64_t unparsable_ = 0;
+  int64_t skipped_ = 0;
   std::vector<std::string> examples_;
 
   std::vector<std::string> method_names_;

@@ -46,6 +46,11 @@
 //     (in (0, 1000]: more is taken for a typo) and retryableStatusCodes
 //     (non-empty; names in any case or numbers; OK is an error), as in A6.
 //     Its perAttemptRecvTimeout is rpcguard.perAttemptTimeout; set only one.
+//   - The top-level "rpcguard" object holds what is not per method:
+//     circuitBreaker, retryBudget, breakerKey, and correlationKeys (an array
+//     of metadata keys whose values trace lines carry; default
+//     ["traceparent", "x-request-id"]; [] for none; see
+//     ValidateCorrelationKeys for the rules).
 //   - Malformed JSON, including a key repeated in one object, is an error
 //     whose message starts with "invalid JSON: ".
 
@@ -55,6 +60,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
@@ -65,6 +71,7 @@
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace google::protobuf {
 class MethodDescriptor;
@@ -141,6 +148,12 @@ struct DestinationConfig {
   size_t stream_buffer_bytes = kDefaultStreamBufferBytes;
   static constexpr size_t kDefaultStreamBufferBytes = 256 * 1024;
   static constexpr size_t kMaxStreamBufferBytes = size_t{1} << 30;
+  // The metadata keys whose values trace lines carry as the caller's
+  // correlation ids (observability/correlation.h): "traceparent" gives its
+  // trace id, any other key its value. Empty: none. JSON
+  // "rpcguard.correlationKeys", checked by ValidateCorrelationKeys; set
+  // from code, a key that is not lowercase never matches gRPC's metadata.
+  std::vector<std::string> correlation_keys = DefaultCorrelationKeys();
 };
 
 // An immutable set of per-method policies. Cheap to copy (shares its tables);

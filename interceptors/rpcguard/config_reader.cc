@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -27,7 +28,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
 #include "rpcguard/internal/base/json.h"
-#include "rpcguard/json_fields.h"    // private to :config
+#include "rpcguard/json_fields.h"  // private to :config
+#include "rpcguard/observability/correlation.h"
 #include "rpcguard/policy_fields.h"  // private to :config
 
 namespace rpcguard {
@@ -431,10 +433,32 @@ class ConfigReader {
           continue;
         }
         d.stream_buffer_bytes = static_cast<size_t>(n);
+      } else if (m.key == "correlationKeys") {
+        ReadCorrelationKeys(m.value, field, &d.correlation_keys);
       } else {
         errors_.Add(field, "unknown field");
       }
     }
+  }
+
+  // rpcguard.correlationKeys: an array of metadata keys, every bad element
+  // reported; `*out` is set only when all are good.
+  void ReadCorrelationKeys(const Json& v, const std::string& path,
+                           std::vector<std::string>* out) {
+    if (!CheckType(v, Json::Type::kArray, path, errors_)) return;
+    const size_t before = errors_.count();
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < v.array.size(); ++i) {
+      if (!CheckType(v.array[i], Json::Type::kString, Index(path, i),
+                     errors_)) {
+        continue;
+      }
+      keys.push_back(v.array[i].string);
+    }
+    if (errors_.count() != before) return;
+    const absl::Status valid = ValidateCorrelationKeys(keys, path);
+    errors_.Add(valid);
+    if (valid.ok()) *out = std::move(keys);
   }
 
   // circuitBreaker and retryBudget: members read through `rows`, then the

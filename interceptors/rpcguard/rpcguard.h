@@ -15,6 +15,8 @@
 //                          (to inspect, force open or reset a breaker)
 //   observability/trace.h  TraceSink and its sinks, TraceEvent, verbosity,
 //                          GiveUpHook
+//   observability/correlation.h  the caller's correlation ids on trace
+//                          lines: traceparent parsing, the key rules
 //   observability/stats.h  Stats, snapshots, Prometheus text
 //   clock.h, random.h      the injectable time and randomness
 //   version.h              RPCGUARD_VERSION_* and Version()
@@ -31,14 +33,15 @@
     "rpcguard needs C++17: with Bazel, add `build --cxxopt=-std=c++17 --host_cxxopt=-std=c++17` to your .bazelrc; otherwise compile with -std=c++17"
 #endif
 
-#include "rpcguard/call_policy.h"           // IWYU pragma: export
-#include "rpcguard/channel.h"               // IWYU pragma: export
-#include "rpcguard/clock.h"                 // IWYU pragma: export
-#include "rpcguard/config.h"                // IWYU pragma: export
+#include "rpcguard/call_policy.h"  // IWYU pragma: export
+#include "rpcguard/channel.h"  // IWYU pragma: export
+#include "rpcguard/clock.h"  // IWYU pragma: export
+#include "rpcguard/config.h"  // IWYU pragma: export
 #include "rpcguard/destination/registry.h"  // IWYU pragma: export
-#include "rpcguard/observability/stats.h"   // IWYU pragma: export
-#include "rpcguard/observability/trace.h"   // IWYU pragma: export
-#include "rpcguard/random.h"                // IWYU pragma: export
-#include "rpcguard/version.h"               // IWYU pragma: export
+#include "rpcguard/observability/correlation.h"  // IWYU pragma: export
+#include "rpcguard/observability/stats.h"  // IWYU pragma: export
+#include "rpcguard/observability/trace.h"  // IWYU pragma: export
+#include "rpcguard/random.h"  // IWYU pragma: export
+#include "rpcguard/version.h"  // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "rpcguard/config.h"
 
 namespace rpcguard {
@@ -60,6 +63,28 @@ TEST(DestinationConfigTest, DefaultsAndSwitchingOff) {
   EXPECT_FALSE(c->destination().budget_enabled);
 }
 
+TEST(DestinationConfigTest, CorrelationKeysDefaultToTraceparentAndRequestId) {
+  EXPECT_EQ(Config().destination().correlation_keys,
+            (std::vector<std::string>{"traceparent", "x-request-id"}));
+  absl::StatusOr<Config> c = Config::FromJson(R"({"rpcguard": {}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->destination().correlation_keys,
+            (std::vector<std::string>{"traceparent", "x-request-id"}));
+}
+
+TEST(DestinationConfigTest, CorrelationKeysAreReadInOrder) {
+  absl::StatusOr<Config> c = Config::FromJson(
+      R"({"rpcguard": {"correlationKeys": ["x-correlation-id",
+                                           "traceparent"]}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->destination().correlation_keys,
+            (std::vector<std::string>{"x-correlation-id", "traceparent"}));
+  // An empty list turns the ids off.
+  c = Config::FromJson(R"({"rpcguard": {"correlationKeys": []}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->destination().correlation_keys.empty());
+}
+
 TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
   const struct {
     const char* json;
@@ -82,6 +107,26 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
        "rpcguard.breakerKey: unknown breaker key \"host\" (want target or "
        "target_and_service)"},
       {R"({"rpcguard": {"budget": {}}})", "rpcguard.budget: unknown field"},
+      {R"({"rpcguard": {"correlationKeys": "x-request-id"}})",
+       "rpcguard.correlationKeys: must be an array"},
+      {R"({"rpcguard": {"correlationKeys": ["a", 7, "b"]}})",
+       "rpcguard.correlationKeys[1]: must be a string"},
+      {R"({"rpcguard": {"correlationKeys": ["X-Request-Id"]}})",
+       "rpcguard.correlationKeys[0]: must be a metadata key of 1 to 64 "
+       "characters from [0-9a-z_.-]"},
+      {R"({"rpcguard": {"correlationKeys": [""]}})",
+       "rpcguard.correlationKeys[0]: must be a metadata key of 1 to 64 "
+       "characters from [0-9a-z_.-]"},
+      {R"({"rpcguard": {"correlationKeys": ["trace-bin"]}})",
+       "rpcguard.correlationKeys[0]: binary metadata (\"-bin\") cannot be a "
+       "correlation id"},
+      {R"({"rpcguard": {"correlationKeys": ["grpc-timeout"]}})",
+       "rpcguard.correlationKeys[0]: \"grpc-\" keys are gRPC's"},
+      {R"({"rpcguard": {"correlationKeys": ["a", "b", "a"]}})",
+       "rpcguard.correlationKeys[2]: \"a\" is listed twice"},
+      {R"({"rpcguard": {"correlationKeys":
+             ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}})",
+       "rpcguard.correlationKeys: at most 8 keys, not 9"},
       {R"({"RPCGuard": {}})",
        "RPCGuard: unknown field (did you mean \"rpcguard\"?)"},
   };

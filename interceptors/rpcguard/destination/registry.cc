@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -19,43 +20,105 @@
 
 namespace rpcguard {
 
-// The registry's listeners, shared with its breakers (which may outlive it).
-// Copy-on-write: Notify takes the lock only to copy a pointer, and calls the
-// listeners without it.
+// The registry's listeners, shared with its breakers (which may outlive it):
+// those of every breaker, and those of one key each. Copy-on-write: Notify
+// takes the lock only for one hash lookup and to copy two pointers, and calls
+// the listeners without it, so a listener may add or remove listeners.
+//
+// A transition of key K costs a lookup of K and of each prefix of K that
+// ends before a '/' (a handful), and a call of each listener of those (plus
+// the all-keys ones): a process with a channel per destination does not
+// call every channel's listener for every transition.
+// The map is keyed by what callers choose (destinations), so a key's entry
+// is erased with its last listener.
 class BreakerRegistry::Listeners {
  public:
   ListenerId Add(BreakerListener listener) {
     internal::MutexLock lock(&mu_);
-    auto next = std::make_shared<List>(*list_);
     const ListenerId id = next_id_++;
-    next->emplace_back(id, std::move(listener));
-    list_ = std::move(next);
+    all_ = With(*all_, id, std::move(listener));
+    return id;
+  }
+
+  ListenerId Add(absl::string_view key, BreakerListener listener) {
+    internal::MutexLock lock(&mu_);
+    const ListenerId id = next_id_++;
+    std::shared_ptr<const List>& list = by_key_[key];
+    list = With(list == nullptr ? List() : *list, id, std::move(listener));
+    key_of_.emplace(id, std::string(key));
     return id;
   }
 
   void Remove(ListenerId id) {
     internal::MutexLock lock(&mu_);
-    auto next = std::make_shared<List>(*list_);
-    next->erase(std::remove_if(next->begin(), next->end(),
-                               [id](const auto& l) { return l.first == id; }),
-                next->end());
-    list_ = std::move(next);
+    auto key = key_of_.find(id);
+    if (key == key_of_.end()) {
+      all_ = Without(*all_, id);
+      return;
+    }
+    auto it = by_key_.find(key->second);
+    // Always found: an entry lives as long as it has a listener.
+    if (it != by_key_.end()) {
+      std::shared_ptr<const List> next = Without(*it->second, id);
+      if (next->empty()) {
+        by_key_.erase(it);
+      } else {
+        it->second = std::move(next);
+      }
+    }
+    key_of_.erase(key);
   }
 
   void Notify(const BreakerTransition& transition) {
-    std::shared_ptr<const List> list;
+    std::shared_ptr<const List> all;
+    // The lists of the key and of each prefix of it that ends before a '/'
+    // (its destination, for a per-service key), shortest first.
+    absl::InlinedVector<std::shared_ptr<const List>, 2> own;
     {
       internal::MutexLock lock(&mu_);
-      list = list_;
+      all = all_;
+      const absl::string_view key = transition.key;
+      for (size_t i = 0; !by_key_.empty() && i <= key.size(); ++i) {
+        if (i < key.size() && key[i] != '/') continue;
+        auto it = by_key_.find(key.substr(0, i));
+        if (it != by_key_.end()) own.push_back(it->second);
+      }
     }
-    for (const auto& l : *list) l.second(transition);
+    for (const auto& l : *all) l.second(transition);
+    for (const auto& list : own) {
+      for (const auto& l : *list) l.second(transition);
+    }
+  }
+
+  size_t keys() {
+    internal::MutexLock lock(&mu_);
+    return by_key_.size();
   }
 
  private:
   using List = std::vector<std::pair<ListenerId, BreakerListener>>;
+
+  static std::shared_ptr<const List> With(List list, ListenerId id,
+                                          BreakerListener listener) {
+    list.emplace_back(id, std::move(listener));
+    return std::make_shared<const List>(std::move(list));
+  }
+  static std::shared_ptr<const List> Without(const List& list, ListenerId id) {
+    auto next = std::make_shared<List>();
+    next->reserve(list.size());
+    for (const auto& l : list) {
+      if (l.first != id) next->push_back(l);
+    }
+    return next;
+  }
+
   internal::Mutex mu_;
-  std::shared_ptr<const List> list_ ABSL_GUARDED_BY(mu_) =
+  std::shared_ptr<const List> all_ ABSL_GUARDED_BY(mu_) =
       std::make_shared<const List>();
+  absl::flat_hash_map<std::string, std::shared_ptr<const List>> by_key_
+      ABSL_GUARDED_BY(mu_);
+  // The key of each listener of one key (all-keys listeners are not here).
+  absl::flat_hash_map<ListenerId, std::string> key_of_ ABSL_GUARDED_BY(mu_);
   ListenerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
@@ -262,9 +325,16 @@ BreakerRegistry::ListenerId BreakerRegistry::AddTransitionListener(
   return listeners_->Add(std::move(listener));
 }
 
+BreakerRegistry::ListenerId BreakerRegistry::AddTransitionListener(
+    absl::string_view key, BreakerListener listener) {
+  return listeners_->Add(key, std::move(listener));
+}
+
 void BreakerRegistry::RemoveTransitionListener(ListenerId id) {
   listeners_->Remove(id);
 }
+
+size_t BreakerRegistry::listener_keys() const { return listeners_->keys(); }
 
 std::vector<std::pair<std::string, std::shared_ptr<CircuitBreaker>>>
 BreakerRegistry::Breakers() const {

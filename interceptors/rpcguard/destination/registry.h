@@ -113,13 +113,32 @@ class BreakerRegistry {
 
   // Adds a listener for every transition of every breaker of this registry,
   // those created later included. It must be quick and must not block (it
-  // runs on an RPC's thread); it may be called concurrently for different
-  // breakers, and in order for any one breaker. Returns an id for removal.
+  // runs on an RPC's thread, with no registry lock held); it may be called
+  // concurrently for different breakers, and in order for any one breaker:
+  // every listener hears a transition before any hears that breaker's next.
+  // Returns an id for removal. Every transition calls every such listener:
+  // to hear a few keys among many, use the keyed overload.
   ListenerId AddTransitionListener(BreakerListener listener);
 
-  // Removes a listener. A call already under way may still finish after
-  // this returns.
+  // Adds a listener for the transitions of the breakers of one destination
+  // only: the breaker of `key`, and those of `key` + "/" + anything (the
+  // per-service keys, "dns:///db:443/pkg.Svc"). The breakers need not exist
+  // yet, and one evicted and created again is still heard. Same rules as
+  // above; a transition calls the all-keys listeners, then those of its
+  // destination, then those of its own key (when that is longer), each
+  // group in the order added, and no other listener. Costs a hash lookup
+  // per '/' in the key, whatever the number of listeners and keys; the
+  // registry keeps a key's entry only while it has a listener.
+  ListenerId AddTransitionListener(absl::string_view key,
+                                   BreakerListener listener);
+
+  // Removes a listener (of either kind); unknown ids are ignored. A call
+  // already under way may still finish after this returns.
   void RemoveTransitionListener(ListenerId id);
+
+  // The number of keys that have a keyed listener, for tests and debug
+  // pages.
+  size_t listener_keys() const;
 
   // Every breaker the registry holds (evicted ones are gone), with its key,
   // sorted by key, for stats and debug pages. The returned pointers keep

@@ -26,7 +26,9 @@
 //     ts=2026-11-30T05:01:02.123456Z level=info msg=rpcguard event=attempt
 //     call=1a2b method=/pkg.Svc/M attempt=2 code=UNAVAILABLE class=retriable
 //     decision=retry reason=- backoff_ms=12.3 deadline_left_ms=480.1
-//     breaker=closed breaker_key=payments:443 key=0f8fad5b-... message="busy"
+//     breaker=closed breaker_key=payments:443 key=0f8fad5b-...
+//     trace_id=4bf92f3577b34da6a3ce929d0e0e4736 correlation=x-request-id:r-7
+//     message="busy"
 //   JsonLinesSink  the same fields as one JSON object per line;
 //   CallbackSink   hands events to a function (forward to your own logger).
 //
@@ -71,6 +73,16 @@ enum class TraceDecision {
 
 // Returns "done", "retry", "give_up" or "hedge".
 absl::string_view TraceDecisionName(TraceDecision decision);
+
+// A correlation id a caller's request carried: its metadata key and value
+// (correlation.h says which values are kept).
+struct CorrelationId {
+  std::string key;
+  std::string value;
+  bool operator==(const CorrelationId& o) const {
+    return key == o.key && value == o.value;
+  }
+};
 
 // One step of one call (or a breaker's change of state). A plain value; which
 // fields mean something depends on `kind`, as noted. Strings are owned, so an
@@ -125,6 +137,12 @@ struct TraceEvent {
   std::string breaker_state;
   // The idempotency key sent with every attempt of the call; empty if none.
   std::string idempotency_key;
+  // The caller's correlation ids (correlation.h), from the call's metadata,
+  // on every event of the call; empty when it has none. `trace_id`: the
+  // trace id of a valid W3C traceparent, 32 lowercase hex digits.
+  // `correlation`: the other configured keys' values, in config order.
+  std::string trace_id;
+  std::vector<CorrelationId> correlation;
   // kBreakerTransition: the states before and after (breaker_key says which
   // breaker). Strings, so that this file does not depend on the breaker's.
   std::string from_state;
@@ -186,7 +204,7 @@ bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event);
 //   kAttempt, kFailFast, kHedge:
 //     ts level msg event call method attempt code class decision reason
 //     backoff_ms deadline_left_ms breaker breaker_key key [copy]
-//     [cancelled] [message]
+//     [cancelled] [trace_id] [correlation] [message]
 //   kBreakerTransition:
 //     ts level msg event [call method] breaker_key from to [message]
 //
@@ -195,6 +213,8 @@ bool ShouldTrace(TraceVerbosity verbosity, const TraceEvent& event);
 // "rpcguard". `call` is lowercase hex. `class` is lowercase ("retriable"),
 // empty for fail_fast and hedge events, as is `code` for hedge events.
 // `cancelled` is a comma-separated list ("1,3"), a string in JSON.
+// `correlation` is the caller's ids other than the trace id, as
+// comma-separated key:value pairs ("x-request-id:r-7,x-b3-spanid:a1").
 // Durations are milliseconds with up to 3 decimals ("12.3", "0", "-1.5");
 // deadline_left_ms is "inf" without a deadline. An empty string field is
 // written as "-"; the optional fields in brackets are left out when empty.

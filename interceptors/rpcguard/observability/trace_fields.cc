@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
 namespace internal {
@@ -196,6 +197,18 @@ bool FormatCancelled(const TraceEvent& e, TraceFieldValue* out) {
 bool FormatCommit(const TraceEvent& e, TraceFieldValue* out) {
   return !e.commit.empty() && Text(e.commit, out);
 }
+bool FormatTraceId(const TraceEvent& e, TraceFieldValue* out) {
+  return !e.trace_id.empty() && Text(e.trace_id, out);
+}
+// "key:value,key:value": keys have no ':' and values no ',' (correlation.h).
+bool FormatCorrelation(const TraceEvent& e, TraceFieldValue* out) {
+  if (e.correlation.empty()) return false;
+  std::string text;
+  for (const CorrelationId& id : e.correlation) {
+    absl::StrAppend(&text, text.empty() ? "" : ",", id.key, ":", id.value);
+  }
+  return Stored(std::move(text), false, out);
+}
 bool FormatMessage(const TraceEvent& e, TraceFieldValue* out) {
   return !e.message.empty() && Text(e.message, out);
 }
@@ -371,6 +384,35 @@ absl::Status ParseCommit(const TraceFieldText* f, TraceEvent* e) {
   e->commit = f->value;
   return absl::OkStatus();
 }
+// 32 hex digits, as a valid traceparent's trace id (any case: people edit
+// logs).
+absl::Status ParseTraceId(const TraceFieldText* f, TraceEvent* e) {
+  if (f == nullptr || f->absent) return absl::OkStatus();
+  const std::string id = absl::AsciiStrToLower(f->value);
+  if (id.size() != 32 ||
+      id.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return Bad("trace_id", f->value);
+  }
+  e->trace_id = id;
+  return absl::OkStatus();
+}
+// key:value pairs, comma-separated, as many as a config may name.
+absl::Status ParseCorrelation(const TraceFieldText* f, TraceEvent* e) {
+  if (f == nullptr || f->absent) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(f->value, ',')) {
+    const size_t colon = part.find(':');
+    if (colon == absl::string_view::npos || colon == 0 ||
+        colon > kMaxCorrelationKeyLength ||
+        !IsCorrelationValue(part.substr(colon + 1)) ||
+        e->correlation.size() >= kMaxCorrelationKeys) {
+      e->correlation.clear();
+      return Bad("correlation", f->value);
+    }
+    e->correlation.push_back({std::string(part.substr(0, colon)),
+                              std::string(part.substr(colon + 1))});
+  }
+  return absl::OkStatus();
+}
 absl::Status ParseMessage(const TraceFieldText* f, TraceEvent* e) {
   return ReadString(f, &e->message);
 }
@@ -405,6 +447,10 @@ constexpr TraceField kFields[] = {
     {"copy", kCallEvents, false, FormatCopy, ParseCopy},
     {"cancelled", kCallEvents, false, FormatCancelled, ParseCancelled},
     {"commit", kCallEvents, false, FormatCommit, ParseCommit},
+}
+    // The caller's correlation ids (correlation.h).
+    {"trace_id", kCallEvents, false, FormatTraceId, ParseTraceId},
+    {"correlation", kCallEvents, false, FormatCorrelation, ParseCorrelation},
     // The status message, or why the breaker changed state.
     {"message", kAllEvents, false, FormatMessage, ParseMessage},
 };

@@ -248,6 +248,48 @@ TEST_F(RegistryEvictionTest, TransitionsOfARecreatedBreakerReachStats) {
   }
 }
 
+// Each factory listens to its own breaker keys only (issue 24): a
+// transition of one destination reaches that destination's factories, and a
+// factory's subscriptions go with it.
+TEST_F(RegistryEvictionTest, FactoriesHearOnlyTheirOwnDestinations) {
+  auto factory = [&](const std::string& destination, int* written) {
+    Options options;
+    options.breaker_registry = registry_;
+    options.stats = std::make_shared<Stats>();
+    options.trace_verbosity = TraceVerbosity::kAll;
+    options.trace_sink =
+        std::make_shared<CallbackSink>([written](const TraceEvent& e) {
+          if (e.kind == TraceEvent::Kind::kBreakerTransition) ++*written;
+        });
+    options.destination = destination;
+    auto state = std::make_shared<internal::FactoryState>(std::move(options));
+    state->Init(state);
+    state->ForMethod("/pkg.Svc/M", nullptr, nullptr);
+    return state;
+  };
+  int a_written = 0;
+  int b_written = 0;
+  auto a = factory("dns:///a:443", &a_written);
+  auto b = factory("dns:///b:443", &b_written);
+  EXPECT_EQ(registry_->listener_keys(), 2u);
+  registry_->Get("dns:///a:443")->ForceOpen();
+  EXPECT_EQ(a_written, 1);
+  EXPECT_EQ(b_written, 0);
+  // A destination that merely starts with another is not it; a per-service
+  // key of it is.
+  registry_->Get("dns:///a:4430")->ForceOpen();
+  EXPECT_EQ(a_written, 1);
+  registry_->Get("dns:///a:443/pkg.Svc")->ForceOpen();
+  EXPECT_EQ(a_written, 2);
+  EXPECT_EQ(b_written, 0);
+  a.reset();
+  EXPECT_EQ(registry_->listener_keys(), 1u);
+  registry_->Get("dns:///a:443")->Reset();
+  EXPECT_EQ(a_written, 2);
+  b.reset();
+  EXPECT_EQ(registry_->listener_keys(), 0u);
+}
+
 TEST(StatsBreakerKeysTest, KeysBackToClosedAreDroppedPastTheThreshold) {
   Stats stats;
   auto transition = [&](const std::string& key, const std::string& to) {

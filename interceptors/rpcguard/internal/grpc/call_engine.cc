@@ -763,6 +763,7 @@ void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
       [&](TraceEvent& e) {
         e.method = method_.name;
         e.idempotency_key = io_->key();
+        if (const CorrelationIds* ids = io_->correlation()) ids->FillIn(e);
         if (status != nullptr) e.message = status->error_message();
         FactoryState::FillBreaker(method_, e);
       },

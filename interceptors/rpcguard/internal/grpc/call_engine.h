@@ -71,6 +71,7 @@
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
 namespace internal {
@@ -176,6 +177,8 @@ class CallIo {
   virtual void TakeResult(EngineAttempt& last, FinalOutcome* out) = 0;
   // The call's idempotency key, for trace lines.
   virtual const std::string& key() const = 0;
+  // The caller's correlation ids, for trace lines; null for none.
+  virtual const CorrelationIds* correlation() const { return nullptr; }
   // The call is decided (its terminal line written): report a give-up to
   // the hook, serve `batches` with `outcome` and stop watching the parent.
   // `terminal` is the terminal line as written.

@@ -145,8 +145,10 @@ void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
     destination_ = absl::StrCat("rpcguard-factory-", random_->Next64());
   }
   std::weak_ptr<FactoryState> weak = self;
-  listener_id_ =
-      registry_->AddTransitionListener([weak](const BreakerTransition& t) {
+  // The destination's breakers only (its own key and its per-service
+  // keys): other destinations' transitions never reach this factory.
+  listener_id_ = registry_->AddTransitionListener(
+      destination_, [weak](const BreakerTransition& t) {
         if (auto state = weak.lock()) state->OnTransition(t);
       });
 }
@@ -231,15 +233,7 @@ void FactoryState::AttachDestination(absl::string_view method,
   }
 }
 
-bool FactoryState::OwnsBreakerKey(absl::string_view key) const {
-  // A prefix alone would let "host:5005" claim "host:50051".
-  return key == destination_ ||
-         (absl::StartsWith(key, destination_) &&
-          key.size() > destination_.size() && key[destination_.size()] == '/');
-}
-
 void FactoryState::OnTransition(const BreakerTransition& t) const {
-  if (!OwnsBreakerKey(t.key)) return;
   if (!FirstToSee(sink_.get(), stats_.get(), t)) return;
   TraceEvent e;
   e.kind = TraceEvent::Kind::kBreakerTransition;

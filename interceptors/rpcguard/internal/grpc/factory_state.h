@@ -115,8 +115,9 @@ class FactoryState {
   FactoryState(const FactoryState&) = delete;
   FactoryState& operator=(const FactoryState&) = delete;
 
-  // Starts tracing the transitions of this factory's breakers. Called once,
-  // right after construction (it needs a weak_ptr to this).
+  // Starts tracing the transitions of this factory's breakers (its
+  // destination's, and its per-service keys'). Called once, right after
+  // construction (it needs a weak_ptr to this).
   void Init(const std::shared_ptr<FactoryState>& self);
 
   Clock* clock() const { return clock_; }
@@ -155,6 +156,12 @@ class FactoryState {
     }
   }
 
+  // The metadata keys whose values trace lines carry (Config's
+  // DestinationConfig::correlation_keys).
+  const std::vector<std::string>& correlation_keys() const {
+    return config_.destination().correlation_keys;
+  }
+
   // The hedge timers of this factory's calls, on one alarm. Never null.
   TimerQueue* hedge_timers() const { return hedge_timers_.get(); }
 
@@ -169,10 +176,6 @@ class FactoryState {
   void ReportGiveUp(const MethodState& method, const TraceEvent& event,
                     int attempts, const std::string& idempotency_key,
                     const grpc::ByteBuffer& request) const;
-
-  // Whether breaker `key` is one of this factory's: its destination, or its
-  // destination plus "/service" (key_per_service).
-  bool OwnsBreakerKey(absl::string_view key) const;
 
  private:
   void AttachDestination(absl::string_view method, MethodState* state) const;

@@ -50,6 +50,7 @@
 #include "rpcguard/internal/grpc/parent_watch.h"
 #include "rpcguard/internal/grpc/stream_flow.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
 namespace internal {
@@ -68,6 +69,7 @@ class HijackedCall final : public CallIo,
     grpc::ByteBuffer request;
     Metadata metadata;  // the caller's, less rpcguard's own keys
     std::string idempotency_key;
+    CorrelationIds correlation;  // the caller's, for trace lines
     std::shared_ptr<grpc::CallCredentials> credentials;
     // The caller's deadline on gRPC's monotonic clock
     // (CallDeadline::on_grpc): no deadline or timer handed to gRPC outlives
@@ -161,6 +163,9 @@ class HijackedCall final : public CallIo,
   void WatchParent() override;
   void TakeResult(EngineAttempt& last, FinalOutcome* out) override;
   const std::string& key() const override { return setup_.idempotency_key; }
+  const CorrelationIds* correlation() const override {
+    return &setup_.correlation;
+  }
   void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
                 const Batches& batches) override;
 

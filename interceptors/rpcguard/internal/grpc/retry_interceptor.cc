@@ -34,6 +34,7 @@
 #include "rpcguard/internal/grpc/sending_scope.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
+#include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
 namespace internal {
@@ -164,6 +165,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     facts.destination_error = method.setup_error;
     std::string caller_key;
     if (has_metadata) {
+      if (!factory_->correlation_keys().empty()) {
+        correlation_ = ReadCorrelationIds(*md, factory_->correlation_keys());
+      }
       facts.caller_keys =
           static_cast<int>(md->count(HeaderString<kIdempotencyKeyHeader>()));
       if (facts.caller_keys > 0) {
@@ -280,6 +284,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     auto call = NewHijackedCall();
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
+    setup.correlation = std::move(correlation_);
     if (has_metadata) {
       md->erase(HeaderString<kIdempotencyKeyHeader>());
       setup.metadata.assign(md->begin(), md->end());
@@ -338,6 +343,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     std::shared_ptr<HijackedCall> call = NewHijackedCall();
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
+    setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
     call->RideFirstAttempt(std::move(admission_), ride_response_, own_call_started_);
@@ -409,6 +415,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           if (e.call_id == 0) e.call_id = factory_->random()->Next64();
           e.method = method.name;
           e.idempotency_key = key_;
+          correlation_.FillIn(e);
           e.deadline_left =
               caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
           FactoryState::FillBreaker(method, e);
@@ -452,6 +459,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   std::string key_;  // the call's idempotency key
   // The call's own policy, when it set one (written by the first batch).
   std::optional<CallOverride> call_override_;
+  CorrelationIds correlation_;  // the caller's ids, for trace lines
   // The caller's deadline on the monotonic clocks, read when the call
   // starts (CallerDeadline), for every later decision.
   CallDeadline caller_deadline_;
