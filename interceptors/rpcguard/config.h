@@ -117,7 +117,8 @@ struct ResolvedPolicy {
 //     "circuitBreaker": {"failureRatio": 0.5, "minAttempts": 20,
 //                        "openTime": "1s", ...},   // see BreakerOptions
 //     "retryBudget": {"ratio": 0.2, "minRetriesPerSecond": 10, ...},
-//     "breakerKey": "target"}                      // or "target_and_service"
+//     "breakerKey": "target",                      // or "target_and_service"
+//     "maxUndeclaredMethods": 2000}
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
   std::optional<BreakerOptions> breaker;
@@ -131,6 +132,15 @@ struct DestinationConfig {
   // Breakers and budgets are shared per channel target, or per target and
   // service when this is set.
   bool key_per_service = false;
+  // How many methods that nothing declares (Config::Declared: a generic
+  // caller's made-up names) get state of their own: policy, stats series,
+  // latency estimator, hedge budget, registered method. The rest share one
+  // entry per declared service, or one with the default policy, counted
+  // under the stats label "other". JSON: "maxUndeclaredMethods", an integer
+  // in [1, 1000000]. Declared methods always get their own: the config and
+  // the linked-in protos bound them.
+  size_t max_undeclared_methods = kDefaultMaxUndeclaredMethods;
+  static constexpr size_t kDefaultMaxUndeclaredMethods = 2000;
 };
 
 // An immutable set of per-method policies. Cheap to copy (shares its tables);
@@ -165,6 +175,26 @@ class Config {
   // itself resolves by path.
   ResolvedPolicy Resolve(
       const google::protobuf::MethodDescriptor& method) const;
+
+  // Who declares `full_method` ("/pkg.Svc/M"): what tells a method of the
+  // config or of the linked-in protos, which are few, from a name a generic
+  // caller made up, of which there may be any number.
+  struct Declaration {
+    // The config has an entry for the method, or the generated descriptor
+    // pool has the method.
+    bool method = false;
+    // The config has an entry for the service, or the pool has the service:
+    // its settings apply to every method of it, made-up ones too.
+    bool service = false;
+    // The path's service ("pkg.Svc", a view into `full_method`); empty for
+    // a path of another form.
+    absl::string_view service_name;
+  };
+
+  // Looks `full_method` up in the config's tables and, unless the config
+  // names the method, in the generated pool, which takes protobuf's lock:
+  // callers on a hot path remember the answer (the interceptor does).
+  Declaration Declared(absl::string_view full_method) const;
 
   // The destination-wide settings.
   const DestinationConfig& destination() const;

@@ -396,7 +396,8 @@ class ConfigReader {
   }
 
   // The top-level "rpcguard" object: settings of the destination (breaker,
-  // budget, breaker key) rather than of a method.
+  // budget, breaker key, how many undeclared methods get state of their
+  // own) rather than of a method.
   void ReadDestination(const Json& v, const std::string& path) {
     if (!CheckType(v, Json::Type::kObject, path, errors_)) return;
     DestinationConfig& d = out_->destination;
@@ -418,6 +419,11 @@ class ConfigReader {
           errors_.Add(field,
                       absl::StrCat("unknown breaker key \"", m.value.string,
                                    "\" (want target or target_and_service)"));
+        }
+      } else if (m.key == "maxUndeclaredMethods") {
+        int n;
+        if (internal::ReadCount(m.value, field, errors_, &n)) {
+          d.max_undeclared_methods = static_cast<size_t>(n);
         }
       } else {
         errors_.Add(field, "unknown field");

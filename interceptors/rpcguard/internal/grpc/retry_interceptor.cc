@@ -145,6 +145,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       // the call was created.
       method_ =
           &factory_->ForMethod(method_name_.c_str(), info_->channel(), batch);
+      if (method_->shared) {
+        // An undeclared method past the bound: a copy that names the call.
+        own_method_ = method_->ForCall(method_name_);
+        method_ = own_method_.get();
+      }
     }
     const MethodState& method = *method_;
     // rpcguard owns the attempt header: a caller's value would lie.
@@ -281,6 +286,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                                caller_deadline_.on_clock,
                                                plan_.may_repeat, plan_.hedge);
     HijackedCall::Setup& setup = call->setup();
+    setup.method_owner = own_method_;
     setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
@@ -383,6 +389,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // The method's state, or, until its first call resolves it, its name.
   const MethodState* method_ = nullptr;
   std::string method_name_;
+  // A shared entry's copy for this call (MethodState::ForCall), or null.
+  std::shared_ptr<const MethodState> own_method_;
   std::string key_;  // the call's idempotency key
   // The caller's deadline on the monotonic clocks, read when the call
   // starts (CallerDeadline), for every later decision.
