@@ -181,16 +181,19 @@ const MethodState& FactoryState::ForMethod(
   if (const MethodState* own = methods_.Find(path)) return *own;
   // An undeclared method past the bound, seen lately: lock-free too.
   if (const MethodState* shared = past_bound_.Find(path)) return *shared;
+  const Config::Declaration d = config_.Declared(path);
   auto make = [&](absl::string_view key) {
     auto state = std::make_unique<MethodState>();
     state->name = std::string(key);
     state->resolved = config_.Resolve(key);
     state->stats = stats_->ForMethod(key);
     state->Register(channel, first_batch);
-    AttachDestination(key, state.get());
+    // An undeclared method hedges within its shared entry's budget: a
+    // budget is 1.5 KB, more than the rest of the entry, and a default
+    // policy's hedges are capped for the undeclared methods together.
+    AttachDestination(key, d.method ? key : SharedLabel(d), state.get());
     return state;
   };
-  const Config::Declaration d = config_.Declared(path);
   if (d.method) return methods_.Get(path, make);
   if (const MethodState* own = methods_.GetCounted(
           path, config_.destination().max_undeclared_methods, make)) {
@@ -214,14 +217,18 @@ const MethodState& FactoryState::Shared(absl::string_view method,
     state->stats = stats_->ForMethod(kOtherLabel);
     // No registered RpcMethod: it would carry one name; ForCall gives each
     // call its own.
-    AttachDestination(
-        service.empty() ? std::string() : absl::StrCat("/", service, "/*"),
-        state.get());
+    const std::string label = SharedLabel(d);
+    AttachDestination(label, label, state.get());
     return state;
   });
 }
 
+std::string FactoryState::SharedLabel(const Config::Declaration& d) {
+  return d.service ? absl::StrCat("/", d.service_name, "/*") : std::string();
+}
+
 void FactoryState::AttachDestination(absl::string_view method,
+                                     absl::string_view hedge_label,
                                      MethodState* state) const {
   const DestinationConfig& dest = config_.destination();
   state->breaker_key = destination_;
@@ -271,7 +278,8 @@ void FactoryState::AttachDestination(absl::string_view method,
     RetryBudgetOptions cap;
     cap.ratio = hedging->max_extra_load;
     cap.min_retries_per_second = 1;
-    auto b = registry_->GetBudget(absl::StrCat(key, "#hedges", method), cap);
+    auto b =
+        registry_->GetBudget(absl::StrCat(key, "#hedges", hedge_label), cap);
     if (b.ok()) {
       state->hedge_budget = *std::move(b);
     } else {

@@ -195,7 +195,15 @@ class FactoryState {
   // its service's, or the default policy's.
   const MethodState& Shared(absl::string_view method,
                             const Config::Declaration& d) const;
-  void AttachDestination(absl::string_view method, MethodState* state) const;
+  // What stands for the undeclared methods of `d`'s service ("/pkg.Svc/*"),
+  // or of no declared service (""), in the keys of shared state.
+  static std::string SharedLabel(const Config::Declaration& d);
+  // Attaches the destination's shared state to `state`, the entry of
+  // `method` (empty: the default policy's shared entry); its hedge budget
+  // is the one of `hedge_label` (the method, or its SharedLabel).
+  void AttachDestination(absl::string_view method,
+                         absl::string_view hedge_label,
+                         MethodState* state) const;
   void OnTransition(const BreakerTransition& t) const;
 
   const Config config_;
