@@ -76,7 +76,8 @@ struct MethodState {
   absl::Status setup_error;
   // Hedging (resolved.policy.hedging set): the recent successful attempt
   // latency, for an adaptive delay (null without one), and the cap on
-  // hedges, a budget of their own per destination key and method.
+  // hedges, a budget of their own per destination key and declared method
+  // (undeclared methods share their service's, or the destination's).
   // Shared, not owned: a call's copy of a shared entry (ForCall) records
   // into the shared entry's estimator.
   std::shared_ptr<LatencyEstimator> latency;
@@ -151,10 +152,6 @@ class FactoryState {
   const MethodState* FindMethod(const char* method) const {
     return methods_.Find(method);
   }
-
-  // How many undeclared methods have state of their own: at most
-  // DestinationConfig::max_undeclared_methods.
-  size_t undeclared_methods() const { return methods_.counted(); }
 
   // The stats label of the shared entries.
   static constexpr absl::string_view kOtherLabel = "other";
