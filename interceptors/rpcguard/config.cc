@@ -91,6 +91,26 @@ ResolvedPolicy Config::Resolve(
   });
 }
 
+Config::Declaration Config::Declared(absl::string_view full_method) const {
+  Declaration d;
+  absl::string_view method_name;
+  if (!SplitMethodPath(full_method, &d.service_name, &method_name)) {
+    d.service_name = absl::string_view();
+    return d;
+  }
+  const Tables& t = *tables_;
+  d.method = t.methods.contains(full_method.substr(1));
+  d.service = t.services.contains(d.service_name);
+  if (d.method) return d;
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          std::string(d.service_name));
+  if (service == nullptr) return d;
+  d.service = true;
+  d.method = service->FindMethodByName(std::string(method_name)) != nullptr;
+  return d;
+}
+
 ResolvedPolicy Config::ResolveNamed(
     absl::string_view service_name, absl::string_view method_key,
     absl::FunctionRef<absl::StatusOr<ProtoPolicies>()> read_proto) const {

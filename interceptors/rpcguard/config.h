@@ -126,7 +126,8 @@ struct ResolvedPolicy {
 //                        "openTime": "1s", ...},   // see BreakerOptions
 //     "retryBudget": {"ratio": 0.2, "minRetriesPerSecond": 10, ...},
 //     "breakerKey": "target",                      // or "target_and_service"
-//     "streamBufferBytes": 262144}                 // a stream's replay buffer
+//     "streamBufferBytes": 262144,                 // a stream's replay buffer
+//     "maxUndeclaredMethods": 2000}
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
   std::optional<BreakerOptions> breaker;
@@ -154,6 +155,15 @@ struct DestinationConfig {
   // "rpcguard.correlationKeys", checked by ValidateCorrelationKeys; set
   // from code, a key that is not lowercase never matches gRPC's metadata.
   std::vector<std::string> correlation_keys = DefaultCorrelationKeys();
+  // How many methods that nothing declares (Config::Declared: a generic
+  // caller's made-up names) get state of their own: policy, stats series,
+  // latency estimator, hedge budget, registered method. The rest share one
+  // entry per declared service, or one with the default policy, counted
+  // under the stats label "other". JSON: "maxUndeclaredMethods", an integer
+  // in [1, 1000000]. Declared methods always get their own: the config and
+  // the linked-in protos bound them.
+  size_t max_undeclared_methods = kDefaultMaxUndeclaredMethods;
+  static constexpr size_t kDefaultMaxUndeclaredMethods = 2000;
 };
 
 // An immutable set of per-method policies. Cheap to copy (shares its tables);
@@ -188,6 +198,26 @@ class Config {
   // itself resolves by path.
   ResolvedPolicy Resolve(
       const google::protobuf::MethodDescriptor& method) const;
+
+  // Who declares `full_method` ("/pkg.Svc/M"): what tells a method of the
+  // config or of the linked-in protos, which are few, from a name a generic
+  // caller made up, of which there may be any number.
+  struct Declaration {
+    // The config has an entry for the method, or the generated descriptor
+    // pool has the method.
+    bool method = false;
+    // The config has an entry for the service, or the pool has the service:
+    // its settings apply to every method of it, made-up ones too.
+    bool service = false;
+    // The path's service ("pkg.Svc", a view into `full_method`); empty for
+    // a path of another form.
+    absl::string_view service_name;
+  };
+
+  // Looks `full_method` up in the config's tables and, unless the config
+  // names the method, in the generated pool, which takes protobuf's lock:
+  // callers on a hot path remember the answer (the interceptor does).
+  Declaration Declared(absl::string_view full_method) const;
 
   // The destination-wide settings.
   const DestinationConfig& destination() const;

@@ -399,7 +399,8 @@ class ConfigReader {
   }
 
   // The top-level "rpcguard" object: settings of the destination (breaker,
-  // budget, breaker key) rather than of a method.
+  // budget, breaker key, how many undeclared methods get state of their
+  // own) rather than of a method.
   void ReadDestination(const Json& v, const std::string& path) {
     if (!CheckType(v, Json::Type::kObject, path, errors_)) return;
     DestinationConfig& d = out_->destination;
@@ -435,6 +436,11 @@ class ConfigReader {
         d.stream_buffer_bytes = static_cast<size_t>(n);
       } else if (m.key == "correlationKeys") {
         ReadCorrelationKeys(m.value, field, &d.correlation_keys);
+      } else if (m.key == "maxUndeclaredMethods") {
+        int n;
+        if (internal::ReadCount(m.value, field, errors_, &n)) {
+          d.max_undeclared_methods = static_cast<size_t>(n);
+        }
       } else {
         errors_.Add(field, "unknown field");
       }

@@ -23,10 +23,11 @@ TEST(DestinationConfigTest, ReadsEverySetting) {
                          "probeTimeout": "5s"},
       "retryBudget": {"window": "30s", "buckets": 30, "ratio": 0.1,
                       "minRetriesPerSecond": 2},
-      "breakerKey": "target_and_service"},
+      "breakerKey": "target_and_service", "maxUndeclaredMethods": 50},
     "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.5}})");
   ASSERT_TRUE(c.ok()) << c.status();
   const DestinationConfig& d = c->destination();
+  EXPECT_EQ(d.max_undeclared_methods, 50u);
   ASSERT_TRUE(d.breaker.has_value());
   EXPECT_EQ(d.breaker->window, absl::Seconds(20));
   EXPECT_EQ(d.breaker->buckets, 20);
@@ -127,6 +128,14 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
       {R"({"rpcguard": {"correlationKeys":
              ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}})",
        "rpcguard.correlationKeys: at most 8 keys, not 9"},
+      {R"({"rpcguard": {"maxUndeclaredMethods": 0}})",
+       "rpcguard.maxUndeclaredMethods: must be in [1, 1000000]"},
+      {R"({"rpcguard": {"maxUndeclaredMethods": 2000000}})",
+       "rpcguard.maxUndeclaredMethods: must be in [1, 1000000]"},
+      {R"({"rpcguard": {"maxUndeclaredMethods": 2.5}})",
+       "rpcguard.maxUndeclaredMethods: must be an integer"},
+      {R"({"rpcguard": {"maxUndeclaredMethods": "100"}})",
+       "rpcguard.maxUndeclaredMethods: must be a number"},
       {R"({"RPCGuard": {}})",
        "RPCGuard: unknown field (did you mean \"rpcguard\"?)"},
   };
@@ -136,6 +145,40 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
         << c.json;
     EXPECT_EQ(config.status().message(), c.error) << c.json;
   }
+}
+
+TEST(DestinationConfigTest, UndeclaredMethodsBoundDefaultsToTwoThousand) {
+  absl::StatusOr<Config> c = Config::FromJson(R"({"rpcguard": {}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->destination().max_undeclared_methods, 2000u);
+  EXPECT_EQ(Config().destination().max_undeclared_methods, 2000u);
+}
+
+// What the interceptor bounds by: a config entry or a method of the linked-in
+// protos is declared; a made-up name is not, though its service may be.
+TEST(DestinationConfigTest, DeclaredTellsNamedMethodsFromMadeUpOnes) {
+  absl::StatusOr<Config> c = Config::FromJson(R"({"methodConfig": [
+      {"name": [{"service": "pkg.A", "method": "M"}]},
+      {"name": [{"service": "pkg.B"}]}]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  Config::Declaration d = c->Declared("/pkg.A/M");
+  EXPECT_TRUE(d.method);
+  EXPECT_FALSE(d.service);
+  EXPECT_EQ(d.service_name, "pkg.A");
+  d = c->Declared("/pkg.A/Other");
+  EXPECT_FALSE(d.method);
+  EXPECT_FALSE(d.service);
+  d = c->Declared("/pkg.B/Anything");
+  EXPECT_FALSE(d.method);
+  EXPECT_TRUE(d.service);
+  EXPECT_EQ(d.service_name, "pkg.B");
+  d = c->Declared("/nobody.Knows/This");
+  EXPECT_FALSE(d.method);
+  EXPECT_FALSE(d.service);
+  d = c->Declared("not a path");
+  EXPECT_FALSE(d.method);
+  EXPECT_FALSE(d.service);
+  EXPECT_EQ(d.service_name, "");
 }
 
 }  // namespace

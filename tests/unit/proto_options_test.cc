@@ -28,6 +28,23 @@ constexpr int kIdem = kFieldIndexIdempotency;
 constexpr int kRetry = kFieldIndexRetry;
 constexpr int kHedge = kFieldIndexHedging;
 
+// A method of the linked-in protos is declared even with no config: the
+// interceptor gives it state of its own whatever the bound on undeclared
+// methods. A made-up method of a linked-in service is not, but its service is.
+TEST(ProtoOptionsTest, MethodsOfTheGeneratedPoolAreDeclared) {
+  const Config config;
+  Config::Declaration d = config.Declared("/rpcguard.testing.v1.Plain/Nothing");
+  EXPECT_TRUE(d.method);
+  EXPECT_TRUE(d.service);
+  d = config.Declared("/rpcguard.testing.v1.Plain/MadeUp");
+  EXPECT_FALSE(d.method);
+  EXPECT_TRUE(d.service);
+  EXPECT_EQ(d.service_name, "rpcguard.testing.v1.Plain");
+  d = config.Declared("/rpcguard.testing.v1.NoSuchService/Nothing");
+  EXPECT_FALSE(d.method);
+  EXPECT_FALSE(d.service);
+}
+
 TEST(ProtoOptionsTest, ServiceOptionAppliesToEveryMethod) {
   ASSERT_NE(kLinked, nullptr);
   const ResolvedPolicy r =

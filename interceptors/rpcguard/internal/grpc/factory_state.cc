@@ -2,6 +2,7 @@
 
 #include "rpcguard/internal/grpc/factory_state.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
@@ -109,6 +110,24 @@ void MethodState::Register(
                      first_batch->GetInterceptedChannel());
 }
 
+std::shared_ptr<const MethodState> MethodState::ForCall(
+    absl::string_view method) const {
+  auto call = std::make_shared<MethodState>();
+  call->name = std::string(method);
+  call->resolved = resolved;
+  call->stats = stats;
+  call->breaker_key = breaker_key;
+  call->breaker = breaker;
+  call->budget = budget;
+  call->throttle = throttle;
+  call->setup_error = setup_error;
+  call->latency = latency;
+  call->hedge_budget = hedge_budget;
+  call->unregistered.emplace(call->name.c_str(),
+                             grpc::internal::RpcMethod::NORMAL_RPC);
+  return call;
+}
+
 const grpc::internal::RpcMethod& MethodState::RpcMethodFor(
     const grpc::ChannelInterface* channel) const {
   if (registered && channel == registered_channel && !registered_on.expired()) {
@@ -133,6 +152,10 @@ FactoryState::FactoryState(Options options)
                     : BreakerRegistry::Default()),
       destination_(options.destination),
       target_(options.destination),
+      // As many slots as undeclared methods may have entries (up to 2^16:
+      // 1 MiB), so that about as many again past the bound stay remembered.
+      past_bound_(std::min<size_t>(config_.destination().max_undeclared_methods,
+                                   size_t{1} << 16)),
       hedge_timers_(TimerQueue::Create()) {}
 
 FactoryState::~FactoryState() {
@@ -156,22 +179,65 @@ void FactoryState::Init(const std::shared_ptr<FactoryState>& self) {
 const MethodState& FactoryState::ForMethod(
     const char* method, grpc::ChannelInterface* channel,
     grpc::experimental::InterceptorBatchMethods* first_batch) const {
-  return methods_.Get(method, [&](absl::string_view key) {
+  const absl::string_view path = method;
+  // The common case, a method with an entry of its own: lock-free.
+  if (const MethodState* own = methods_.Find(path)) return *own;
+  // An undeclared method past the bound, seen lately: lock-free too.
+  if (const MethodState* shared = past_bound_.Find(path)) return *shared;
+  const Config::Declaration d = config_.Declared(path);
+  auto make = [&](absl::string_view key) {
     auto state = std::make_unique<MethodState>();
     state->name = std::string(key);
     state->resolved = config_.Resolve(key);
     state->stats = stats_->ForMethod(key, target_);
     state->Register(channel, first_batch);
-    AttachDestination(key, state.get());
+    // An undeclared method hedges within its shared entry's budget: a
+    // budget is 1.5 KB, more than the rest of the entry, and a default
+    // policy's hedges are capped for the undeclared methods together.
+    AttachDestination(key, d.method ? key : SharedLabel(d), state.get());
+    return state;
+  };
+  if (d.method) return methods_.Get(path, make);
+  if (const MethodState* own = methods_.GetCounted(
+          path, config_.destination().max_undeclared_methods, make)) {
+    return *own;
+  }
+  const MethodState& shared = Shared(path, d);
+  past_bound_.Store(path, &shared);
+  return shared;
+}
+
+const MethodState& FactoryState::Shared(absl::string_view method,
+                                        const Config::Declaration& d) const {
+  const absl::string_view service = d.service ? d.service_name : "";
+  return shared_.Get(service, [&](absl::string_view) {
+    auto state = std::make_unique<MethodState>();
+    state->shared = true;
+    state->name = std::string(kOtherLabel);
+    // Every undeclared method of a service resolves alike (only the
+    // service's entries and the defaults apply), so `method` stands for all.
+    state->resolved = config_.Resolve(method);
+    state->stats = stats_->ForMethod(kOtherLabel);
+    // No registered RpcMethod: it would carry one name; ForCall gives each
+    // call its own.
+    const std::string label = SharedLabel(d);
+    AttachDestination(label, label, state.get());
     return state;
   });
 }
 
+std::string FactoryState::SharedLabel(const Config::Declaration& d) {
+  return d.service ? absl::StrCat("/", d.service_name, "/*") : std::string();
+}
+
 void FactoryState::AttachDestination(absl::string_view method,
+                                     absl::string_view hedge_label,
                                      MethodState* state) const {
   const DestinationConfig& dest = config_.destination();
   state->breaker_key = destination_;
-  if (dest.key_per_service) {
+  // A shared entry of no service (empty `method`) keeps the bare target's
+  // key: under key_per_service no other entry has it.
+  if (dest.key_per_service && !method.empty()) {
     absl::string_view path = method;
     absl::ConsumePrefix(&path, "/");
     absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
@@ -216,7 +282,8 @@ void FactoryState::AttachDestination(absl::string_view method,
     RetryBudgetOptions cap;
     cap.ratio = hedging->max_extra_load;
     cap.min_retries_per_second = 1;
-    auto b = registry_->GetBudget(absl::StrCat(key, "#hedges", method), cap);
+    auto b =
+        registry_->GetBudget(absl::StrCat(key, "#hedges", hedge_label), cap);
     if (b.ok()) {
       state->hedge_budget = *std::move(b);
     } else {

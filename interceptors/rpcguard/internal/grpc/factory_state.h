@@ -5,6 +5,14 @@
 // breaker, budget and throttle, the method's stats handle and how attempts
 // name the method to gRPC. Resolved once, on a method's first call; read
 // lock-free by every later call.
+//
+// Bounded: a method the config or the linked-in protos declare always gets
+// a MethodState of its own; at most DestinationConfig::
+// max_undeclared_methods others do (a generic caller may make up any number
+// of names). Past that, an undeclared method's calls share the entry of its
+// declared service, or the entry of the default policy, whose stats label
+// is "other"; each such call runs on a copy of the shared entry that bears
+// its own name (MethodState::ForCall), so that traces name it.
 
 #ifndef RPCGUARD_INTERNAL_GRPC_FACTORY_STATE_H_
 #define RPCGUARD_INTERNAL_GRPC_FACTORY_STATE_H_
@@ -68,9 +76,15 @@ struct MethodState {
   absl::Status setup_error;
   // Hedging (resolved.policy.hedging set): the recent successful attempt
   // latency, for an adaptive delay (null without one), and the cap on
-  // hedges, a budget of their own per destination key and method.
-  std::unique_ptr<LatencyEstimator> latency;
+  // hedges, a budget of their own per destination key and declared method
+  // (undeclared methods share their service's, or the destination's).
+  // Shared, not owned: a call's copy of a shared entry (ForCall) records
+  // into the shared entry's estimator.
+  std::shared_ptr<LatencyEstimator> latency;
   std::shared_ptr<RetryBudget> hedge_budget;
+  // Whether this is a shared entry, for the undeclared methods past the
+  // bound: its `name` is a label, not a method; calls use ForCall().
+  bool shared = false;
 
   // How attempts name the method to gRPC (RpcMethodFor).
   std::optional<grpc::internal::RpcMethod> registered;
@@ -88,6 +102,12 @@ struct MethodState {
   // building it per call, as generated stubs do.
   void Register(grpc::ChannelInterface* channel,
                 grpc::experimental::InterceptorBatchMethods* first_batch);
+
+  // For a call of `method` on a shared entry: a copy of this entry named
+  // `method`, with an unregistered RpcMethod of that name. The call owns it
+  // (it outlives the call's interceptor when attempts are in flight); it
+  // is freed with the call, so nothing per name stays behind.
+  std::shared_ptr<const MethodState> ForCall(absl::string_view method) const;
 
   // The RpcMethod for an attempt of a call on `channel`, which the call
   // keeps alive: the registered one when `channel` is still the channel it
@@ -131,16 +151,23 @@ class FactoryState {
 
   // The state of `method`, computed on its first call; after that only a
   // lock-free hash lookup. The reference lives as long as this object.
-  // `channel` and `first_batch` belong to the asking call (Register).
+  // `channel` and `first_batch` belong to the asking call (Register). Past
+  // the bound on undeclared methods (file comment), a shared entry
+  // (`shared` set), found with no lock by its later calls too while the
+  // memo of such names holds it.
   const MethodState& ForMethod(
       const char* method, grpc::ChannelInterface* channel,
       grpc::experimental::InterceptorBatchMethods* first_batch) const;
 
-  // The state of `method` if a call resolved it already, else null.
-  // Lock-free, and it reads `method` only during the call.
+  // The state of `method` if a call resolved it already, else null (also
+  // for a method that resolves to a shared entry). Lock-free, and it reads
+  // `method` only during the call.
   const MethodState* FindMethod(const char* method) const {
     return methods_.Find(method);
   }
+
+  // The stats label of the shared entries.
+  static constexpr absl::string_view kOtherLabel = "other";
 
   // Counts `event`, and writes it to the trace when the verbosity asks (the
   // call's own, `verbosity`, else the factory's); `fill` adds the strings
@@ -178,7 +205,19 @@ class FactoryState {
                     const grpc::ByteBuffer& request) const;
 
  private:
-  void AttachDestination(absl::string_view method, MethodState* state) const;
+  // The shared entry for undeclared `method`, whose declaration is `d`:
+  // its service's, or the default policy's.
+  const MethodState& Shared(absl::string_view method,
+                            const Config::Declaration& d) const;
+  // What stands for the undeclared methods of `d`'s service ("/pkg.Svc/*"),
+  // or of no declared service (""), in the keys of shared state.
+  static std::string SharedLabel(const Config::Declaration& d);
+  // Attaches the destination's shared state to `state`, the entry of
+  // `method` (empty: the default policy's shared entry); its hedge budget
+  // is the one of `hedge_label` (the method, or its SharedLabel).
+  void AttachDestination(absl::string_view method,
+                         absl::string_view hedge_label,
+                         MethodState* state) const;
   void OnTransition(const BreakerTransition& t) const;
 
   const Config config_;
@@ -194,7 +233,15 @@ class FactoryState {
   // Options::destination as given: the Stats series' target label.
   const std::string target_;
   BreakerRegistry::ListenerId listener_id_ = 0;
+  // Methods with state of their own: declared ones, and up to the bound of
+  // undeclared ones (GetCounted).
   MethodCache<MethodState> methods_;
+  // The shared entries, by declared service ("" for the default policy's):
+  // few, as declared services are.
+  MethodCache<MethodState> shared_;
+  // Undeclared methods past the bound, to their shared entry, so that their
+  // later calls need neither the descriptor pool's lock nor ours.
+  SharedMemo<MethodState> past_bound_;
   const std::shared_ptr<TimerQueue> hedge_timers_;
 };
 

@@ -82,6 +82,9 @@ class HijackedCall final : public CallIo,
     // the core channel, to watch a parent call (null without one).
     grpc::ClientContext* app_context = nullptr;
     grpc_channel* core_channel = nullptr;
+    // The call's own MethodState, when it is a copy of a shared entry
+    // (MethodState::ForCall), kept as long as the call; else null.
+    std::shared_ptr<const MethodState> method_owner;
   };
 
   // `deadline` is the caller's, on the factory clock's monotonic time, as

@@ -154,6 +154,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       // the call was created.
       method_ =
           &factory_->ForMethod(method_name_.c_str(), info_->channel(), batch);
+      if (method_->shared) {
+        // An undeclared method past the bound: a copy that names the call.
+        own_method_ = method_->ForCall(method_name_);
+        method_ = own_method_.get();
+      }
     }
     const MethodState& method = *method_;
     // rpcguard owns the attempt header: a caller's value would lie.
@@ -326,6 +331,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
         plan_.hedge, call_override_);
     HijackedCall::Setup& setup = call->setup();
+    setup.method_owner = own_method_;
     setup.grpc_deadline = caller_deadline_.on_grpc;
     setup.credentials = app->credentials();
     setup.compression = app->compression_algorithm();
@@ -456,6 +462,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // The method's state, or, until its first call resolves it, its name.
   const MethodState* method_ = nullptr;
   std::string method_name_;
+  // A shared entry's copy for this call (MethodState::ForCall), or null.
+  std::shared_ptr<const MethodState> own_method_;
   std::string key_;  // the call's idempotency key
   // The call's own policy, when it set one (written by the first batch).
   std::optional<CallOverride> call_override_;
