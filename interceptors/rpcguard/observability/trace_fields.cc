@@ -447,7 +447,6 @@ constexpr TraceField kFields[] = {
     {"copy", kCallEvents, false, FormatCopy, ParseCopy},
     {"cancelled", kCallEvents, false, FormatCancelled, ParseCancelled},
     {"commit", kCallEvents, false, FormatCommit, ParseCommit},
-}
     // The caller's correlation ids (correlation.h).
     {"trace_id", kCallEvents, false, FormatTraceId, ParseTraceId},
     {"correlation", kCallEvents, false, FormatCorrelation, ParseCorrelation},
