@@ -870,6 +870,33 @@ TEST_F(StreamE2ETest, AttemptsRunOut) {
   EXPECT_EQ(Terminal().reason, GiveUpReason::kMaxAttempts);
 }
 
+// Stats count a stream's commit and the give-up it caused.
+TEST_F(StreamE2ETest, StatsCountCommits) {
+  server_.FailAfterFirst();
+  auto stats = std::make_shared<Stats>();
+  channel_ = *CreateGuardedChannel(server_.address(), Config(),
+                                   [&](Options& o) {
+                                     o.breaker_registry = registry_;
+                                     o.stats = stats;
+                                   });
+  stub_ = Streams::NewStub(channel_);
+  grpc::ClientContext ctx;
+  const Outcome o =
+      Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {3});
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const StatsSnapshot snapshot = stats->Snapshot();
+  const MethodStatsSnapshot* m =
+      snapshot.FindMethod("/rpcguard.testing.v1.Streams/ServerStream");
+  ASSERT_NE(m, nullptr);
+  uint64_t commits = 0;
+  for (const auto& [reason, n] : m->commits) commits += n;
+  EXPECT_EQ(commits, 1u);
+  ASSERT_EQ(m->give_ups.count(GiveUpReason::kCommitted), 1u);
+  EXPECT_EQ(m->give_ups.at(GiveUpReason::kCommitted), 1u);
+  EXPECT_TRUE(absl::StrContains(ToPrometheusText(snapshot),
+                                "rpcguard_stream_commits_total{"));
+}
+
 // A policy for one call (SetCallPolicy) applies to streams too.
 TEST_F(StreamE2ETest, ACallPolicyOfOneAttemptIsNotRetried) {
   server_.FailBefore(1);

@@ -13,6 +13,11 @@
 
 namespace rpcguard {
 namespace {
+// TraceEvent::commit's values, in the order of MethodHandle::commits.
+constexpr std::array<absl::string_view, 3> kCommitReasons = {
+    "headers", "message", "buffer_limit"};
+}  // namespace
+namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
@@ -269,6 +274,11 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
   if (event.decision == TraceDecision::kGiveUp) {
     Add(h->give_ups[ReasonIndex(event.reason)]);
   }
+  if (!event.commit.empty()) {
+    for (size_t i = 0; i < kCommitReasons.size(); ++i) {
+      if (event.commit == kCommitReasons[i]) Add(h->commits[i]);
+    }
+  }
   const int attempts = std::max(event.attempt, 0);
   Add(h->attempts_buckets[std::min(std::max(attempts, 1), 11) - 1]);
   Add(h->attempts_sum, static_cast<uint64_t>(attempts));
@@ -347,6 +357,11 @@ MethodStatsSnapshot Stats::SnapshotOf(const MethodHandle& h) {
   m.attempts = h.attempts.load(kRelaxed);
   m.attempts_by_code = CodeMap(h.attempts_by_code);
   m.retries = h.retries.load(kRelaxed);
+  for (size_t i = 0; i < kCommitReasons.size(); ++i) {
+    if (const uint64_t n = h.commits[i].load(kRelaxed)) {
+      m.commits[std::string(kCommitReasons[i])] = n;
+    }
+  }
   m.give_ups = ReasonMap(h.give_ups);
   m.fail_fasts = ReasonMap(h.fail_fasts);
   m.call_duration =
@@ -528,6 +543,17 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
             &MethodStatsSnapshot::attempts_per_call);
   by_reason("rpcguard_give_ups_total", "Calls that gave up, by reason.",
             &MethodStatsSnapshot::give_ups);
+  {
+    MetricFamilyData& f =
+        family("rpcguard_stream_commits_total", Type::kCounter,
+               "Streams that ended committed to an attempt, by why.");
+    for (const MethodStatsSnapshot& m : snapshot.methods) {
+      for (const auto& [reason, n] : m.commits) {
+        f.samples.push_back(
+            {with(series(m), "reason", reason), static_cast<double>(n), {}});
+      }
+    }
+  }
   by_reason("rpcguard_fail_fasts_total",
             "Calls ended without sending their next attempt, by reason.",
             &MethodStatsSnapshot::fail_fasts);

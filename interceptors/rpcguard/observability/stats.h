@@ -127,6 +127,9 @@ struct MethodStatsSnapshot {
   HistogramSnapshot hedges_per_call;
   // Hedged calls that ended (RecordHedgedCall).
   uint64_t hedged_calls = 0;
+  // Streams that ended committed to an attempt (gRFC A6), by why: "headers",
+  // "message", "buffer_limit" (TraceEvent::commit). Non-zero entries only.
+  std::map<std::string, uint64_t> commits;
   // Non-zero entries only.
   std::map<GiveUpReason, uint64_t> give_ups;
   std::map<GiveUpReason, uint64_t> fail_fasts;
@@ -336,6 +339,8 @@ class Stats::MethodHandle {
   std::atomic<uint64_t> retries{0};
   std::array<std::atomic<uint64_t>, kReasons> give_ups{};
   std::array<std::atomic<uint64_t>, kReasons> fail_fasts{};
+  // By kCommitReasons' index.
+  std::array<std::atomic<uint64_t>, 3> commits{};
   // Per bucket, not cumulative; the last is +Inf.
   std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};
   std::atomic<uint64_t> delay_sum_us{0};
