@@ -217,7 +217,7 @@ const MethodState& FactoryState::Shared(absl::string_view method,
     // Every undeclared method of a service resolves alike (only the
     // service's entries and the defaults apply), so `method` stands for all.
     state->resolved = config_.Resolve(method);
-    state->stats = stats_->ForMethod(kOtherLabel);
+    state->stats = stats_->ForMethod(kOtherLabel, target_);
     // No registered RpcMethod: it would carry one name; ForCall gives each
     // call its own.
     const std::string label = SharedLabel(d);
