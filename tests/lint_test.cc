@@ -212,8 +212,8 @@ TEST(LintTest, StreamingRpcsAreListedAsSuchAndRetriedWhenDeclared) {
   for (const auto& c : cases) {
     const LintedMethod m = Method(report, c.path);
     EXPECT_TRUE(m.streaming) << c.path;
-    EXPECT_TRUE(absl::StartsWith(m.explanation,
-                                 absl::StrCat(c.path, "\n", c.verdict)))
+    EXPECT_TRUE(
+        absl::StartsWith(m.explanation, absl::StrCat(c.path, "\n", c.verdict)))
         << m.explanation;
   }
   int streaming = 0;

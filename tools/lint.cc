@@ -215,7 +215,7 @@ void LintService(const pb::ServiceDescriptor& service, const Config& config,
                           "calls fail with FAILED_PRECONDITION; give it a "
                           "retryPolicy instead")});
       } else if (config.Resolve(method).sources[kIdempotencyIndex] ==
-                     PolicySource::kDefault) {
+                 PolicySource::kDefault) {
         report->problems.push_back(
             {linted.place,
              absl::StrCat(method.full_name(),

@@ -252,7 +252,8 @@ std::string Explanation(absl::string_view full_method,
           "this method, and rpcguard does not hedge streams");
     } else if (may_repeat) {
       verdict = absl::StrCat(
-          streaming, ": retried until it commits (a response or its headers "
+          streaming,
+          ": retried until it commits (a response or its headers "
           "came, or the requests outgrew the replay buffer), up to ",
           p.retry.max_attempts, " attempts");
     } else {

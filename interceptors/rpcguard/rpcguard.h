@@ -33,15 +33,15 @@
     "rpcguard needs C++17: with Bazel, add `build --cxxopt=-std=c++17 --host_cxxopt=-std=c++17` to your .bazelrc; otherwise compile with -std=c++17"
 #endif
 
-#include "rpcguard/call_policy.h"  // IWYU pragma: export
-#include "rpcguard/channel.h"  // IWYU pragma: export
-#include "rpcguard/clock.h"  // IWYU pragma: export
-#include "rpcguard/config.h"  // IWYU pragma: export
-#include "rpcguard/destination/registry.h"  // IWYU pragma: export
+#include "rpcguard/call_policy.h"                // IWYU pragma: export
+#include "rpcguard/channel.h"                    // IWYU pragma: export
+#include "rpcguard/clock.h"                      // IWYU pragma: export
+#include "rpcguard/config.h"                     // IWYU pragma: export
+#include "rpcguard/destination/registry.h"       // IWYU pragma: export
 #include "rpcguard/observability/correlation.h"  // IWYU pragma: export
-#include "rpcguard/observability/stats.h"  // IWYU pragma: export
-#include "rpcguard/observability/trace.h"  // IWYU pragma: export
-#include "rpcguard/random.h"  // IWYU pragma: export
-#include "rpcguard/version.h"  // IWYU pragma: export
+#include "rpcguard/observability/stats.h"        // IWYU pragma: export
+#include "rpcguard/observability/trace.h"        // IWYU pragma: export
+#include "rpcguard/random.h"                     // IWYU pragma: export
+#include "rpcguard/version.h"                    // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

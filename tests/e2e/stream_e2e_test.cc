@@ -41,14 +41,15 @@ constexpr char kService[] = "rpcguard.testing.v1.Streams";
 // "rpcguard" object.
 std::string Config(const std::string& extra = "",
                    const std::string& backoff = "0.005s") {
-  return absl::StrCat(R"json({"methodConfig": [
+  return absl::StrCat(
+      R"json({"methodConfig": [
     {"name": [{"service": "rpcguard.testing.v1.Streams", "method": "ServerStream"},
               {"service": "rpcguard.testing.v1.Streams", "method": "ClientStream"},
               {"service": "rpcguard.testing.v1.Streams", "method": "Bidi"}],
      "retryPolicy": {"maxAttempts": 3, "initialBackoff": ")json",
-                      backoff, R"json(",
+      backoff, R"json(",
                      "maxBackoff": ")json",
-                      backoff, R"json(", "backoffMultiplier": 1,
+      backoff, R"json(", "backoffMultiplier": 1,
                      "retryableStatusCodes": ["UNAVAILABLE"]},
      "rpcguard": {"idempotency": "IDEMPOTENT"}},
     {"name": [{"service": "rpcguard.testing.v1.Streams", "method": "UnsafeBidi"}],
@@ -56,8 +57,7 @@ std::string Config(const std::string& extra = "",
                      "maxBackoff": "0.005s", "backoffMultiplier": 1,
                      "retryableStatusCodes": ["UNAVAILABLE"]}}]
     )json",
-                      extra.empty() ? "" : absl::StrCat(", \"rpcguard\": {", extra, "}"),
-                      "}");
+      extra.empty() ? "" : absl::StrCat(", \"rpcguard\": {", extra, "}"), "}");
 }
 
 std::string Meta(const grpc::ServerContext* ctx, const std::string& key) {
@@ -149,14 +149,14 @@ class StreamsServer final : public Streams::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Bidi(grpc::ServerContext* ctx,
-                    grpc::ServerReaderWriter<StreamReply, StreamRequest>*
-                        stream) override {
+  grpc::Status Bidi(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<StreamReply, StreamRequest>* stream) override {
     return Echo(ctx, "Bidi", stream);
   }
-  grpc::Status UnsafeBidi(grpc::ServerContext* ctx,
-                          grpc::ServerReaderWriter<StreamReply, StreamRequest>*
-                              stream) override {
+  grpc::Status UnsafeBidi(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<StreamReply, StreamRequest>* stream) override {
     return Echo(ctx, "UnsafeBidi", stream);
   }
 
@@ -179,9 +179,9 @@ class StreamsServer final : public Streams::Service {
     return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
   }
 
-  grpc::Status Echo(grpc::ServerContext* ctx, const std::string& method,
-                    grpc::ServerReaderWriter<StreamReply, StreamRequest>*
-                        stream) {
+  grpc::Status Echo(
+      grpc::ServerContext* ctx, const std::string& method,
+      grpc::ServerReaderWriter<StreamReply, StreamRequest>* stream) {
     const Script s = Record(ctx, method, {});
     StreamRequest req;
     std::vector<int> got;
@@ -501,8 +501,8 @@ class BidiReactor final
   StreamReply reply_;
 };
 
-Outcome CallbackCall(Streams::Stub* stub, grpc::ClientContext* ctx,
-                     Shape shape, const std::vector<int>& requests) {
+Outcome CallbackCall(Streams::Stub* stub, grpc::ClientContext* ctx, Shape shape,
+                     const std::vector<int>& requests) {
   Outcome o;
   switch (shape) {
     case Shape::kServer: {
@@ -569,10 +569,11 @@ class StreamE2ETest : public ::testing::Test {
     channel_ = *CreateGuardedChannel(server_.address(), json, [&](Options& o) {
       o.breaker_registry = registry_;
       o.trace_verbosity = TraceVerbosity::kAll;
-      o.trace_sink = std::make_shared<CallbackSink>([this](const TraceEvent& e) {
-        absl::MutexLock lock(&mu_);
-        events_.push_back(e);
-      });
+      o.trace_sink =
+          std::make_shared<CallbackSink>([this](const TraceEvent& e) {
+            absl::MutexLock lock(&mu_);
+            events_.push_back(e);
+          });
     });
     stub_ = Streams::NewStub(channel_);
   }
@@ -607,10 +608,9 @@ TEST_F(StreamE2ETest, FailsBeforeTheFirstResponseThenSucceeds) {
       SCOPED_TRACE(absl::StrCat(Name(shape), " ", Name(kind)));
       StreamsServer server;
       server.FailBefore(1);
-      auto channel = *CreateGuardedChannel(server.address(), Config(),
-                                           [&](Options& o) {
-                                             o.breaker_registry = registry_;
-                                           });
+      auto channel = *CreateGuardedChannel(
+          server.address(), Config(),
+          [&](Options& o) { o.breaker_registry = registry_; });
       auto stub = Streams::NewStub(channel);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
@@ -643,12 +643,12 @@ TEST_F(StreamE2ETest, FailsAfterTheFirstResponseIsNotRetried) {
       server.FailAfterFirst();
       std::vector<TraceEvent> events;
       absl::Mutex mu;
-      auto channel = *CreateGuardedChannel(
-          server.address(), Config(), [&](Options& o) {
+      auto channel =
+          *CreateGuardedChannel(server.address(), Config(), [&](Options& o) {
             o.breaker_registry = registry_;
             o.trace_verbosity = TraceVerbosity::kAll;
-            o.trace_sink = std::make_shared<CallbackSink>(
-                [&](const TraceEvent& e) {
+            o.trace_sink =
+                std::make_shared<CallbackSink>([&](const TraceEvent& e) {
                   absl::MutexLock lock(&mu);
                   events.push_back(e);
                 });
@@ -779,8 +779,7 @@ TEST_F(StreamE2ETest, CancelDuringTheBackoff) {
     ctx.TryCancel();
   });
   const absl::Time start = absl::Now();
-  const Outcome o =
-      Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {3});
+  const Outcome o = Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {3});
   canceller.join();
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
@@ -862,8 +861,7 @@ TEST_F(StreamE2ETest, AttemptsRunOut) {
   server_.FailBefore(100);
   Connect(Config());
   grpc::ClientContext ctx;
-  const Outcome o =
-      Call(Stub::kAsync, stub_.get(), &ctx, Shape::kServer, {2});
+  const Outcome o = Call(Stub::kAsync, stub_.get(), &ctx, Shape::kServer, {2});
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(server_.attempts().size(), 3u);
   EXPECT_EQ(o.attempts_trailer, "3");
@@ -874,15 +872,14 @@ TEST_F(StreamE2ETest, AttemptsRunOut) {
 TEST_F(StreamE2ETest, StatsCountCommits) {
   server_.FailAfterFirst();
   auto stats = std::make_shared<Stats>();
-  channel_ = *CreateGuardedChannel(server_.address(), Config(),
-                                   [&](Options& o) {
-                                     o.breaker_registry = registry_;
-                                     o.stats = stats;
-                                   });
+  channel_ =
+      *CreateGuardedChannel(server_.address(), Config(), [&](Options& o) {
+        o.breaker_registry = registry_;
+        o.stats = stats;
+      });
   stub_ = Streams::NewStub(channel_);
   grpc::ClientContext ctx;
-  const Outcome o =
-      Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {3});
+  const Outcome o = Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {3});
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   const StatsSnapshot snapshot = stats->Snapshot();
   const MethodStatsSnapshot* m =
@@ -921,8 +918,7 @@ TEST_F(StreamE2ETest, ACallPolicyCannotHedgeAStream) {
   CallPolicy call;
   call.hedging = true;
   (void)SetCallPolicy(&ctx, call);  // refused when the call starts
-  const Outcome o =
-      Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {2});
+  const Outcome o = Call(Stub::kSync, stub_.get(), &ctx, Shape::kServer, {2});
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(absl::StrContains(o.status.error_message(), "CallPolicy.hedging"))
       << o.status.error_message();

@@ -38,7 +38,7 @@ namespace rpcguard {
      call whose response object is not a protobuf message) */            \
   X(UnsupportedCall, "unsupported_call")                                 \
   /* the client made the error itself (IsLocalError) */                  \
-  X(LocalError, "local_error")                                         \
+  X(LocalError, "local_error")                                           \
   /* a stream had committed to its attempt (gRFC A6: a response, its     \
      headers, or more requests than the replay buffer holds): the        \
      attempt's failure is the call's */                                  \

@@ -295,6 +295,8 @@ rpcguard_retry_delay_seconds_count{method="/pkg.Svc/M",target="dns:///svc:443"} 
 # TYPE rpcguard_give_ups_total counter
 rpcguard_give_ups_total{method="/pkg.Svc/M",target="dns:///svc:443",reason="deadline"} 2
 rpcguard_give_ups_total{method="/pkg.Svc/M",target="dns:///svc:443",reason="breaker_open"} 1
+# HELP rpcguard_stream_commits_total Streams that ended committed to an attempt, by why.
+# TYPE rpcguard_stream_commits_total counter
 # HELP rpcguard_fail_fasts_total Calls ended without sending their next attempt, by reason.
 # TYPE rpcguard_fail_fasts_total counter
 rpcguard_fail_fasts_total{method="/pkg.Svc/M",target="dns:///svc:443",reason="breaker_open"} 1

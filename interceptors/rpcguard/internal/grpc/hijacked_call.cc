@@ -72,8 +72,8 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
                               size_t buffer_limit,
                               InterceptorBatchMethods* first_batch) {
-  stream_ = std::make_unique<StreamFlow>(this, method_.name, type,
-                                         buffer_limit);
+  stream_ =
+      std::make_unique<StreamFlow>(this, method_.name, type, buffer_limit);
   stream_->TakeFirstBatch(first_batch);
 }
 

@@ -352,7 +352,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
-    call->RideFirstAttempt(std::move(admission_), ride_response_, own_call_started_);
+    call->RideFirstAttempt(std::move(admission_), ride_response_,
+                           own_call_started_);
     admission_.reset();
     bool cancelled;
     {
@@ -379,7 +380,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
     event.code = status->error_code();
-    event.attempt_duration = factory_->clock()->MonotonicNow() - own_call_started_;
+    event.attempt_duration =
+        factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
     AttemptOutcome outcome;
     if (!status->ok()) {

@@ -35,9 +35,7 @@ void StreamAttempt::OnReadInitialMetadataDone(bool ok) {
 }
 void StreamAttempt::OnReadDone(bool ok) { flow_->OnRead(this, ok); }
 void StreamAttempt::OnWriteDone(bool ok) { flow_->OnWrite(this, ok); }
-void StreamAttempt::OnWritesDoneDone(bool ok) {
-  flow_->OnWritesDone(this, ok);
-}
+void StreamAttempt::OnWritesDoneDone(bool ok) { flow_->OnWritesDone(this, ok); }
 void StreamAttempt::OnDone(const grpc::Status& status) {
   flow_->OnDone(this, status);
 }
@@ -135,8 +133,8 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
   auto attempt = std::static_pointer_cast<StreamAttempt>(engine_attempt);
   grpc::ClientContext* context = ContextOf(attempt->context);
   grpc::internal::ClientCallbackReaderWriterFactory<
-      grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel, rpc_method_,
-                                                  context, attempt.get());
+      grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel, rpc_method_, context,
+                                                  attempt.get());
   // The base hold: the stream stays open for the application's next
   // request, which may come at any time. Released when the server's
   // messages end, or when the attempt is cancelled.

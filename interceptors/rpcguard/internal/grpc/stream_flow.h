@@ -92,9 +92,9 @@ class StreamAttempt final
  private:
   friend class StreamFlow;
 
-// Bytes of requests held for replay by every streaming call of the process
-// now: for tests, and a gauge for operators.
-int64_t StreamBytesBuffered();
+  // Bytes of requests held for replay by every streaming call of the process
+  // now: for tests, and a gauge for operators.
+  int64_t StreamBytesBuffered();
   StreamFlow* const flow_;
   grpc::ByteBuffer read_buffer_;
   bool bound_ = false;     // its stream exists (StartCall may come)
@@ -102,8 +102,8 @@ int64_t StreamBytesBuffered();
   bool read_end_ = false;  // the server's messages ended
   bool writing_ = false;   // a write in flight, of message `written_`
   bool write_failed_ = false;
-  bool closing_ = false;  // WritesDone started
-  bool closed_ = false;   // and done
+  bool closing_ = false;        // WritesDone started
+  bool closed_ = false;         // and done
   bool hold_released_ = false;  // the base hold: no operation after it
   int64_t written_ = 0;         // messages it has written, counted from 0
 };
