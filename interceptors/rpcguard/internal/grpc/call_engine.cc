@@ -191,7 +191,11 @@ void CallEngine::SendAttempt(SendKind kind,
   {
     internal::MutexLock lock(&mu_);
     if (done_) {
+      // Decided while the gate was asked (a deadline, a cancel): the
+      // attempt is not sent. Sent, it would be in no list, and its context
+      // would go when this function returns, under gRPC's hands.
       give_back = start.refused == GiveUpReason::kNone;
+      attempt.reset();
     } else {
       GiveUpReason refused = start.refused;
       if (refused == GiveUpReason::kNone && cancelled_) {

@@ -41,8 +41,16 @@ class FakeIo final : public CallIo {
   std::shared_ptr<EngineAttempt> NewAttempt() override {
     auto a = std::make_shared<EngineAttempt>();
     a->context = std::make_shared<int>(++contexts_);
+    // Runs where another thread's event could land: after the gate, before
+    // the engine looks again.
+    if (on_new_attempt) {
+      auto hook = std::move(on_new_attempt);
+      on_new_attempt = nullptr;
+      hook();
+    }
     return a;
   }
+  std::function<void()> on_new_attempt;
   std::shared_ptr<void> Hold() override { return hold_; }
   void Send(const std::shared_ptr<EngineAttempt>& attempt,
             const std::optional<RefreshedCredentials>& refreshed) override {
@@ -259,6 +267,26 @@ TEST_F(CallEngineTest, ACommittedCallsFatalFailureIsFatal) {
   End(1, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kFatal);
   EXPECT_EQ(io_.terminal.commit, "buffer_limit");
+}
+
+// A call decided while the gate was asked for its next attempt (here a
+// cancel during the backoff's end) sends nothing: an attempt sent then would
+// be in no list, and its context freed while gRPC still used it (ASan, the
+// chaos test).
+TEST_F(CallEngineTest, ACallDecidedWhileTheGateIsAskedSendsNothing) {
+  Make(kRetry);
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  const size_t backoff = io_.Active(TimerKind::kNext).at(0);
+  io_.on_new_attempt = [this] {
+    engine_->Cancel();
+    Fire(io_.Active(TimerKind::kCancel).at(0));
+  };
+  Fire(backoff);
+  EXPECT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
 }
 
 TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
