@@ -37,7 +37,8 @@ using ::rpcguard::testing::v1::Streams;
 constexpr char kService[] = "rpcguard.testing.v1.Streams";
 
 // The three streaming methods retried (IDEMPOTENT, 3 attempts, short
-// backoff); UnsafeBidi left undeclared. `extra` goes into the top-level
+// backoff, A6's jitter of +-20% so that a long backoff stays long);
+// UnsafeBidi left undeclared. `extra` goes into the top-level
 // "rpcguard" object.
 std::string Config(const std::string& extra = "",
                    const std::string& backoff = "0.005s") {
@@ -51,7 +52,7 @@ std::string Config(const std::string& extra = "",
                      "maxBackoff": ")json",
       backoff, R"json(", "backoffMultiplier": 1,
                      "retryableStatusCodes": ["UNAVAILABLE"]},
-     "rpcguard": {"idempotency": "IDEMPOTENT"}},
+     "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}},
     {"name": [{"service": "rpcguard.testing.v1.Streams", "method": "UnsafeBidi"}],
      "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.005s",
                      "maxBackoff": "0.005s", "backoffMultiplier": 1,
