@@ -1,4 +1,11 @@
 // Copyright rpcguard authors.
+//
+// Stats: recording, snapshots and the export to metric families and
+// Prometheus' text. One file though it is over 600 lines: the three halves
+// share the per-series layout (MethodHandle's arrays, their bucket bounds
+// and indexes) and must change together; split, a new counter would be
+// added in one and forgotten in another. Reading order: Record (the hot
+// path), Snapshot, then ToMetricFamilies and the text writer.
 
 #include "rpcguard/observability/stats.h"
 

@@ -7,8 +7,9 @@
 // attempt's end, a timer, a refusal, the refresh, the cancel, the finish)
 // reads in one place, against the same members, in the order the header's
 // diagram draws them. Split by event, the copies of a call's rules that the
-// engine replaced would start to grow back. Reading order: SendAttempt and
-// RefusedLocked (sending), OnAttemptDone (an attempt's end), OnTimer, Act,
+// engine replaced would start to grow back. A stream adds one event, Commit,
+// not a second machine. Reading order: SendAttempt and RefusedLocked
+// (sending), Commit, OnAttemptDone (an attempt's end), OnTimer, Act,
 // Arm and ArmDeadline (timers), Cancel, OnParentEnded and DoCancel (the
 // cancel), EndRefresh, then FinishLocked and Conclude (the one finish).
 
