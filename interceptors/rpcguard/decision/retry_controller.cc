@@ -45,12 +45,16 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
   outcome.local_error = end.local_error && end.code != grpc::StatusCode::OK;
   outcome.not_sent =
       end.not_sent && end.code != grpc::StatusCode::OK && !outcome.local_error;
-  outcome.caller_deadline_expired = now >= deadline_;
+  const bool deadline_code = end.code == grpc::StatusCode::DEADLINE_EXCEEDED;
   // The attempt's deadline was its own timeout only if it came before the
   // call's deadline.
   outcome.per_attempt_timeout_expired =
-      end.code == grpc::StatusCode::DEADLINE_EXCEEDED &&
-      attempt_deadline_ < deadline_;
+      deadline_code && attempt_deadline_ < deadline_;
+  outcome.caller_deadline_expired =
+      now >= deadline_ ||
+      (deadline_code && !outcome.per_attempt_timeout_expired &&
+       deadline_ != absl::InfiniteFuture() &&
+       deadline_ - now <= kDeadlineSlack);
   return outcome;
 }
 

@@ -105,7 +105,15 @@ class RetryController {
   // now: whether the caller's deadline or the attempt's own timeout has
   // passed. OnAttemptEnd decides on exactly this; the glue uses it to tell
   // the breaker before the decision.
+  //
+  // A DEADLINE_EXCEEDED from an attempt whose deadline was the call's, within
+  // kDeadlineSlack of that deadline, is the caller's deadline: gRPC's own
+  // timers (client and server) read time in cached milliseconds and can end
+  // an attempt a little before rpcguard's clock reaches the same deadline.
   AttemptOutcome OutcomeOf(const AttemptEnd& end) const;
+
+  // How early gRPC may end an attempt at the call's deadline (see OutcomeOf).
+  static constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(20);
 
   // The classifier of the policy.
   const Classifier& classifier() const { return classifier_; }

@@ -329,6 +329,62 @@ TEST_F(RetryControllerTest, CallersCancelIsNeverRetried) {
   }
 }
 
+// gRPC ends an attempt at the call's deadline by its own clock, which can
+// be a few milliseconds ahead of rpcguard's (CI saw "gave up: fatal" for a
+// hedged call that ran out of time). Within kDeadlineSlack that is the
+// caller's deadline; further from it, a server's DEADLINE_EXCEEDED is its
+// own answer.
+TEST_F(RetryControllerTest, DeadlineExceededJustBeforeTheDeadlineIsTheCallers) {
+  const MethodPolicy policy;
+  const absl::Duration slack = RetryController::kDeadlineSlack;
+  struct Row {
+    absl::Duration before_deadline;
+    StatusCode code;
+    GiveUpReason reason;
+  };
+  for (const Row& row : {
+           Row{absl::Milliseconds(3), StatusCode::DEADLINE_EXCEEDED,
+               GiveUpReason::kDeadline},
+           Row{slack, StatusCode::DEADLINE_EXCEEDED, GiveUpReason::kDeadline},
+           Row{slack + absl::Milliseconds(1), StatusCode::DEADLINE_EXCEEDED,
+               GiveUpReason::kFatal},
+           Row{absl::Milliseconds(500), StatusCode::DEADLINE_EXCEEDED,
+               GiveUpReason::kFatal},
+           // Only gRPC's deadline code is read as the deadline.
+           Row{absl::Milliseconds(3), StatusCode::INTERNAL,
+               GiveUpReason::kFatal},
+       }) {
+    RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(1),
+                      &clock_);
+    c.StartAttempt();
+    clock_.Advance(absl::Seconds(1) - row.before_deadline);
+    AttemptEnd end;
+    end.code = row.code;
+    EXPECT_EQ(c.OutcomeOf(end).caller_deadline_expired,
+              row.reason == GiveUpReason::kDeadline)
+        << row.before_deadline;
+    EXPECT_EQ(c.OnAttemptEnd(end, kNoPushback, gen()).reason, row.reason)
+        << row.before_deadline << " " << StatusCodeName(row.code);
+  }
+}
+
+// An attempt's own timeout is never taken for the call's deadline, however
+// close to it.
+TEST_F(RetryControllerTest, PerAttemptTimeoutNearTheDeadlineIsItsOwn) {
+  MethodPolicy policy;
+  policy.retry.max_attempts = 3;
+  policy.per_attempt_timeout = absl::Milliseconds(990);
+  RetryController c(policy, true, clock_.MonotonicNow() + absl::Seconds(2),
+                    &clock_);
+  c.StartAttempt();
+  clock_.Advance(absl::Milliseconds(990));
+  AttemptEnd end;
+  end.code = StatusCode::DEADLINE_EXCEEDED;
+  const AttemptOutcome outcome = c.OutcomeOf(end);
+  EXPECT_TRUE(outcome.per_attempt_timeout_expired);
+  EXPECT_FALSE(outcome.caller_deadline_expired);
+}
+
 TEST_F(RetryControllerTest, CallersDeadlineIsNeverRetried) {
   MethodPolicy policy;
   policy.retry.max_attempts = 10;
