@@ -74,6 +74,9 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
     internal::MutexLock lock(&mu_);
     if (request != nullptr || close) {
       TakeSendLocked(batch, request, close, a);
+      // Taken at once when the attempt's window has room: proceeded here,
+      // on the application's thread.
+      CompleteSendsLocked(a);
     } else if (r.metadata || r.message || r.status) {
       if (FillRecvLocked(r)) {
         (r.status ? a.proceed_last : a.proceed).push_back(batch);
@@ -112,7 +115,8 @@ void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
       }
     }
     // A reference to the same slices, not a copy of the bytes.
-    replay_.push_back(*request);
+    taken_bytes_ += size;
+    replay_.push_back(Request{*request, taken_bytes_});
     bytes_ += size;
     g_buffered.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
     if (bytes_ > peak_bytes_) peak_bytes_ = bytes_;
@@ -146,10 +150,12 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
     attempt->bound_ = true;
     // Replays from the start: nothing is freed before the commit.
     attempt->written_ = freed_;
+    attempt->written_bytes_ = freed_bytes_;
     if (commit_at_start_) {
       commit_at_start_ = false;
       CommitLocked(CommitReason::kBufferLimit, a);
     }
+    CompleteSendsLocked(a);
     PumpLocked(a);
   }
   Run(a);
@@ -212,9 +218,9 @@ void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
     if (attempt == current_.get() && outcome_ == nullptr) {
       if (ok) {
         if (!committed_) CommitLocked(CommitReason::kMessage, a);
-        next_.Swap(&attempt->read_buffer_);
-        attempt->read_buffer_.Clear();
-        has_next_ = true;
+        ahead_bytes_ += attempt->read_buffer_.Length();
+        ahead_.emplace_back();
+        ahead_.back().Swap(&attempt->read_buffer_);
       } else if (committed_) {
         messages_ended_ = true;
       }
@@ -231,6 +237,12 @@ void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
     internal::MutexLock lock(&mu_);
     attempt->writing_ = false;
     if (ok) {
+      // An attempt that is no longer current may write after its requests
+      // were freed: only the count matters then.
+      const int64_t i = attempt->written_ - freed_;
+      if (i >= 0 && static_cast<size_t>(i) < replay_.size()) {
+        attempt->written_bytes_ = replay_[i].end;
+      }
       ++attempt->written_;
     } else {
       // The stream is failing; its end will say how.
@@ -277,7 +289,8 @@ void StreamFlow::CommitLocked(CommitReason reason, Actions& a) {
 void StreamFlow::FreeWrittenLocked() {
   const int64_t written = current_ == nullptr ? freed_ : current_->written_;
   while (freed_ < written && !replay_.empty()) {
-    const size_t size = replay_.front().Length();
+    const size_t size = replay_.front().bytes.Length();
+    freed_bytes_ = replay_.front().end;
     bytes_ -= size;
     g_buffered.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
     replay_.pop_front();
@@ -285,12 +298,23 @@ void StreamFlow::FreeWrittenLocked() {
   }
 }
 
+bool StreamFlow::TakenLocked(int64_t index) const {
+  const StreamAttempt* attempt = current_.get();
+  if (index < attempt->written_) return true;
+  if (attempt->write_failed_ || attempt->hold_released_) return false;
+  // The next to write, or in flight: taken whatever its size.
+  if (index == attempt->written_) return true;
+  if (index - attempt->written_ >= kWriteAhead) return false;
+  // Requests below the attempt's written_ may be freed; this one is not.
+  return replay_[index - freed_].end - attempt->written_bytes_ <= kAheadBytes;
+}
+
 void StreamFlow::CompleteSendsLocked(Actions& a) {
   const StreamAttempt* attempt = current_.get();
-  if (attempt == nullptr) return;
+  if (attempt == nullptr || !attempt->bound_ || outcome_ != nullptr) return;
   while (!sends_.empty()) {
     const PendingSend& s = sends_.front();
-    if (s.message >= attempt->written_) break;
+    if (s.message >= 0 && !TakenLocked(s.message)) break;
     if (s.close && !attempt->closed_) break;
     a.proceed.push_back(s.batch);
     sends_.pop_front();
@@ -304,14 +328,15 @@ bool StreamFlow::FillRecvLocked(PendingRecv& r) {
   }
   // A message after the metadata, as gRPC delivers them.
   if (r.message && !r.metadata) {
-    if (has_next_) {
+    if (!ahead_.empty()) {
+      grpc::ByteBuffer& next = ahead_.front();
+      ahead_bytes_ -= next.Length();
       grpc::Status error;
-      if (!ParseResponse(next_, method_, r.batch->GetRecvMessage(), &error)) {
+      if (!ParseResponse(next, method_, r.batch->GetRecvMessage(), &error)) {
         r.batch->FailHijackedRecvMessage();
         if (parse_error_.ok()) parse_error_ = error;
       }
-      next_.Clear();
-      has_next_ = false;
+      ahead_.pop_front();
       r.message = false;
     } else if (messages_ended_ || outcome_ != nullptr) {
       r.batch->FailHijackedRecvMessage();
@@ -356,7 +381,7 @@ void StreamFlow::PumpLocked(Actions& a) {
   if (!attempt->writing_ && !attempt->write_failed_ && !attempt->closing_) {
     if (attempt->written_ < taken_) {
       attempt->writing_ = true;
-      a.write = &replay_[attempt->written_ - freed_];
+      a.write = &replay_[attempt->written_ - freed_].bytes;
       ++a.holds;
     } else if (half_closed_) {
       attempt->closing_ = true;
@@ -364,9 +389,12 @@ void StreamFlow::PumpLocked(Actions& a) {
       ++a.holds;
     }
   }
-  // One message ahead of the application: a response commits the call, and
-  // the stream's end is seen without waiting to be asked.
-  if (!attempt->reading_ && !attempt->read_end_ && !has_next_) {
+  // Ahead of the application: a response commits the call, the stream's end
+  // is seen without waiting to be asked, and the application's next read
+  // usually finds its message here.
+  if (!attempt->reading_ && !attempt->read_end_ &&
+      ahead_.size() < static_cast<size_t>(kReadAhead) &&
+      ahead_bytes_ < kAheadBytes) {
     attempt->reading_ = true;
     a.read = true;
     ++a.holds;

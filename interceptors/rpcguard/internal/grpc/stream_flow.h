@@ -16,12 +16,18 @@
 // attempt has written them.
 //
 // The application's batches keep their meaning:
-//  - a write completes when the current attempt has taken it (its write
-//    completed), not when it is copied: a retry's replay holds the
-//    application's next write back, as a slow server would;
+//  - a write completes when the current attempt has taken it: written, or
+//    queued on it behind fewer than kWriteAhead messages and kAheadBytes
+//    bytes (a transport's send buffer does the same), never copied into an
+//    unbounded buffer; a retry's replay, or a backoff, holds the
+//    application's next write back, as a slow server would. The window
+//    lets the application's thread go on writing while gRPC's threads
+//    write, instead of waking for every message;
 //  - a read delivers the committed attempt's messages in order, exactly
-//    once; an attempt reads one message ahead of the application, to see a
-//    response (the commit) or the stream's end before being asked;
+//    once; an attempt reads up to kReadAhead messages (and kAheadBytes)
+//    ahead of the application, to see a response (the commit) or the
+//    stream's end before being asked, and so that the application's read
+//    usually finds its message waiting, on its own thread;
 //  - initial metadata is delivered at the commit (or at the call's end);
 //  - the status, with the trailers, when the engine concludes the call.
 //
@@ -92,9 +98,6 @@ class StreamAttempt final
  private:
   friend class StreamFlow;
 
-  // Bytes of requests held for replay by every streaming call of the process
-  // now: for tests, and a gauge for operators.
-  int64_t StreamBytesBuffered();
   StreamFlow* const flow_;
   grpc::ByteBuffer read_buffer_;
   bool bound_ = false;     // its stream exists (StartCall may come)
@@ -106,10 +109,17 @@ class StreamAttempt final
   bool closed_ = false;         // and done
   bool hold_released_ = false;  // the base hold: no operation after it
   int64_t written_ = 0;         // messages it has written, counted from 0
+  uint64_t written_bytes_ = 0;  // and their bytes, counted from 0 as well
 };
 
 class StreamFlow {
  public:
+  // The windows of the header's comment: small, so that what is held is a
+  // transport's worth, and enough that a steady stream rarely waits.
+  static constexpr int kWriteAhead = 8;
+  static constexpr int kReadAhead = 8;
+  static constexpr size_t kAheadBytes = 64 * 1024;
+
   // `method` names the method in messages; `type` is the call's
   // (ClientRpcInfo); `buffer_limit`: bytes of requests kept for replay
   // before the call commits.
@@ -192,8 +202,10 @@ class StreamFlow {
   // Commits to the current attempt (its headers are copied when they come).
   void CommitLocked(CommitReason reason, Actions& a)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes what the current attempt's progress allows.
+  // Completes what the current attempt has taken.
   void CompleteSendsLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the current attempt has taken request `index` (header).
+  bool TakenLocked(int64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the requests the committed attempt has written.
   void FreeWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,10 +221,18 @@ class StreamFlow {
   const size_t buffer_limit_;
 
   mutable internal::Mutex mu_;
+  // A request kept for replay, and the bytes of every request up to and
+  // including it (to measure a write window).
+  struct Request {
+    grpc::ByteBuffer bytes;
+    uint64_t end;
+  };
   // Requests kept for replay: indexes [freed_, taken_).
-  std::deque<grpc::ByteBuffer> replay_ ABSL_GUARDED_BY(mu_);
+  std::deque<Request> replay_ ABSL_GUARDED_BY(mu_);
   int64_t freed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t freed_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of requests [0, freed_)
   int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of requests [0, taken_)
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -225,9 +245,9 @@ class StreamFlow {
   bool commit_at_start_ ABSL_GUARDED_BY(mu_) = false;
   Metadata initial_metadata_ ABSL_GUARDED_BY(mu_);
   bool metadata_ready_ ABSL_GUARDED_BY(mu_) = false;
-  // The committed attempt's message read ahead of the application.
-  grpc::ByteBuffer next_ ABSL_GUARDED_BY(mu_);
-  bool has_next_ ABSL_GUARDED_BY(mu_) = false;
+  // The committed attempt's messages read ahead of the application.
+  std::deque<grpc::ByteBuffer> ahead_ ABSL_GUARDED_BY(mu_);
+  size_t ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool messages_ended_ ABSL_GUARDED_BY(mu_) = false;
   // A response the application's object could not take: the call's status.
   grpc::Status parse_error_ ABSL_GUARDED_BY(mu_);
