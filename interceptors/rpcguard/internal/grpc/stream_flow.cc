@@ -76,7 +76,7 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
       TakeSendLocked(batch, request, close, a);
       // Taken at once when the attempt's window has room: proceeded here,
       // on the application's thread.
-      CompleteSendsLocked(a);
+      CompleteSendsLocked(a, /*resume=*/false);
     } else if (r.metadata || r.message || r.status) {
       if (FillRecvLocked(r)) {
         (r.status ? a.proceed_last : a.proceed).push_back(batch);
@@ -155,7 +155,7 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
       commit_at_start_ = false;
       CommitLocked(CommitReason::kBufferLimit, a);
     }
-    CompleteSendsLocked(a);
+    CompleteSendsLocked(a, /*resume=*/true);
     PumpLocked(a);
   }
   Run(a);
@@ -225,7 +225,7 @@ void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
         messages_ended_ = true;
       }
       DeliverLocked(a);
-      PumpLocked(a);
+      PumpLocked(a, /*read_chain=*/true);
     }
   }
   Run(a);
@@ -250,7 +250,7 @@ void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
     }
     if (attempt == current_.get() && outcome_ == nullptr) {
       if (committed_) FreeWrittenLocked();
-      CompleteSendsLocked(a);
+      CompleteSendsLocked(a, /*resume=*/true);
       PumpLocked(a);
     }
   }
@@ -263,7 +263,7 @@ void StreamFlow::OnWritesDone(StreamAttempt* attempt, bool ok) {
     internal::MutexLock lock(&mu_);
     if (ok) attempt->closed_ = true;
     if (attempt == current_.get() && outcome_ == nullptr) {
-      CompleteSendsLocked(a);
+      CompleteSendsLocked(a, /*resume=*/true);
       PumpLocked(a);
     }
   }
@@ -298,23 +298,27 @@ void StreamFlow::FreeWrittenLocked() {
   }
 }
 
-bool StreamFlow::TakenLocked(int64_t index) const {
+bool StreamFlow::TakenLocked(int64_t index, bool resume) const {
   const StreamAttempt* attempt = current_.get();
   if (index < attempt->written_) return true;
   if (attempt->write_failed_ || attempt->hold_released_) return false;
   // The next to write, or in flight: taken whatever its size.
   if (index == attempt->written_) return true;
-  if (index - attempt->written_ >= kWriteAhead) return false;
+  // A writer that waited resumes at half the window, so that it then
+  // writes half a window without waiting again.
+  const int64_t messages = resume ? kWriteAhead / 2 : kWriteAhead;
+  const uint64_t bytes = resume ? kAheadBytes / 2 : kAheadBytes;
+  if (index - attempt->written_ >= messages) return false;
   // Requests below the attempt's written_ may be freed; this one is not.
-  return replay_[index - freed_].end - attempt->written_bytes_ <= kAheadBytes;
+  return replay_[index - freed_].end - attempt->written_bytes_ <= bytes;
 }
 
-void StreamFlow::CompleteSendsLocked(Actions& a) {
+void StreamFlow::CompleteSendsLocked(Actions& a, bool resume) {
   const StreamAttempt* attempt = current_.get();
   if (attempt == nullptr || !attempt->bound_ || outcome_ != nullptr) return;
   while (!sends_.empty()) {
     const PendingSend& s = sends_.front();
-    if (s.message >= 0 && !TakenLocked(s.message)) break;
+    if (s.message >= 0 && !TakenLocked(s.message, resume)) break;
     if (s.close && !attempt->closed_) break;
     a.proceed.push_back(s.batch);
     sends_.pop_front();
@@ -371,7 +375,7 @@ void StreamFlow::DeliverLocked(Actions& a) {
   }
 }
 
-void StreamFlow::PumpLocked(Actions& a) {
+void StreamFlow::PumpLocked(Actions& a, bool read_chain) {
   StreamAttempt* attempt = current_.get();
   if (attempt == nullptr || !attempt->bound_ || attempt->hold_released_ ||
       outcome_ != nullptr) {
@@ -392,9 +396,13 @@ void StreamFlow::PumpLocked(Actions& a) {
   // Ahead of the application: a response commits the call, the stream's end
   // is seen without waiting to be asked, and the application's next read
   // usually finds its message here.
-  if (!attempt->reading_ && !attempt->read_end_ &&
-      ahead_.size() < static_cast<size_t>(kReadAhead) &&
-      ahead_bytes_ < kAheadBytes) {
+  // A read completing starts the next while there is room; the
+  // application's reads restart a stopped one at half the room, so that
+  // gRPC's thread then reads half of it in a row.
+  const size_t room = read_chain ? kReadAhead : kReadAhead / 2;
+  const size_t room_bytes = read_chain ? kAheadBytes : kAheadBytes / 2;
+  if (!attempt->reading_ && !attempt->read_end_ && ahead_.size() < room &&
+      ahead_bytes_ < room_bytes) {
     attempt->reading_ = true;
     a.read = true;
     ++a.holds;

@@ -116,8 +116,8 @@ class StreamFlow {
  public:
   // The windows of the header's comment: small, so that what is held is a
   // transport's worth, and enough that a steady stream rarely waits.
-  static constexpr int kWriteAhead = 8;
-  static constexpr int kReadAhead = 8;
+  static constexpr int64_t kWriteAhead = 16;
+  static constexpr size_t kReadAhead = 16;
   static constexpr size_t kAheadBytes = 64 * 1024;
 
   // `method` names the method in messages; `type` is the call's
@@ -202,15 +202,21 @@ class StreamFlow {
   // Commits to the current attempt (its headers are copied when they come).
   void CommitLocked(CommitReason reason, Actions& a)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Completes what the current attempt has taken.
-  void CompleteSendsLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the current attempt has taken request `index` (header).
-  bool TakenLocked(int64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes what the current attempt has taken; `resume`: its progress,
+  // not a new request, is why (TakenLocked).
+  void CompleteSendsLocked(Actions& a, bool resume)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the current attempt has taken request `index` (header): a
+  // waiting writer resumes at half the window.
+  bool TakenLocked(int64_t index, bool resume) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the requests the committed attempt has written.
   void FreeWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The current attempt's next operations.
-  void PumpLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current attempt's next operations; `read_chain`: a read has just
+  // completed (reading goes on to the full read-ahead).
+  void PumpLocked(Actions& a, bool read_chain = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the receive half `r` as far as it can; true when complete.
   bool FillRecvLocked(PendingRecv& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Actions& a) ABSL_LOCKS_EXCLUDED(mu_);
