@@ -127,6 +127,7 @@ struct ResolvedPolicy {
 //     "retryBudget": {"ratio": 0.2, "minRetriesPerSecond": 10, ...},
 //     "breakerKey": "target",                      // or "target_and_service"
 //     "streamBufferBytes": 262144,                 // a stream's replay buffer
+//     "channelStreamBufferBytes": 16777216,        // all streams' together
 //     "maxUndeclaredMethods": 2000}
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
@@ -149,6 +150,16 @@ struct DestinationConfig {
   size_t stream_buffer_bytes = kDefaultStreamBufferBytes;
   static constexpr size_t kDefaultStreamBufferBytes = 256 * 1024;
   static constexpr size_t kMaxStreamBufferBytes = size_t{1} << 30;
+  // "channelStreamBufferBytes": the bytes of requests all streaming calls
+  // of one channel (one CreateChannel or interceptor factory) keep for
+  // replay together. A call whose request would take them past it commits
+  // to its attempt, as at its own limit, so that many streams at once
+  // cannot hold many times streamBufferBytes (16 MiB, grpc-java's
+  // per-channel retry buffer). A whole number from 0 (streams commit at
+  // their first request) to kMaxChannelStreamBufferBytes.
+  uint64_t channel_stream_buffer_bytes = kDefaultChannelStreamBufferBytes;
+  static constexpr uint64_t kDefaultChannelStreamBufferBytes = 16 << 20;
+  static constexpr uint64_t kMaxChannelStreamBufferBytes = uint64_t{1} << 40;
   // The metadata keys whose values trace lines carry as the caller's
   // correlation ids (observability/correlation.h): "traceparent" gives its
   // trace id, any other key its value. Empty: none. JSON

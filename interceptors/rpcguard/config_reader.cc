@@ -114,6 +114,20 @@ struct Switchable {
   bool enabled = true;
 };
 
+// A whole number of bytes from 0 to `max`.
+bool ReadBytes(const Json& v, const std::string& path, uint64_t max,
+               ConfigErrors& errors, uint64_t* out) {
+  if (!CheckType(v, Json::Type::kNumber, path, errors)) return false;
+  const double n = v.number;
+  if (!(n >= 0) || n != std::floor(n) || n > static_cast<double>(max)) {
+    errors.Add(path,
+               absl::StrCat("must be a whole number of bytes from 0 to ", max));
+    return false;
+  }
+  *out = static_cast<uint64_t>(n);
+  return true;
+}
+
 template <typename O>
 bool ReadEnabled(const Json& v, const std::string& path, ConfigErrors& errors,
                  Switchable<O>* out) {
@@ -424,16 +438,15 @@ class ConfigReader {
                                    "\" (want target or target_and_service)"));
         }
       } else if (m.key == "streamBufferBytes") {
-        if (!CheckType(m.value, Json::Type::kNumber, field, errors_)) continue;
-        const double n = m.value.number;
-        if (!(n >= 0) || n != std::floor(n) ||
-            n > static_cast<double>(DestinationConfig::kMaxStreamBufferBytes)) {
-          errors_.Add(field,
-                      absl::StrCat("must be a whole number of bytes from 0 to ",
-                                   DestinationConfig::kMaxStreamBufferBytes));
-          continue;
+        uint64_t n;
+        if (ReadBytes(m.value, field, DestinationConfig::kMaxStreamBufferBytes,
+                      errors_, &n)) {
+          d.stream_buffer_bytes = static_cast<size_t>(n);
         }
-        d.stream_buffer_bytes = static_cast<size_t>(n);
+      } else if (m.key == "channelStreamBufferBytes") {
+        ReadBytes(m.value, field,
+                  DestinationConfig::kMaxChannelStreamBufferBytes, errors_,
+                  &d.channel_stream_buffer_bytes);
       } else if (m.key == "correlationKeys") {
         ReadCorrelationKeys(m.value, field, &d.correlation_keys);
       } else if (m.key == "maxUndeclaredMethods") {

@@ -708,6 +708,39 @@ TEST_F(StreamE2ETest, RequestsUnderTheBufferLimitAreReplayed) {
   EXPECT_EQ(server_.attempts().size(), 2u);
 }
 
+// The streams of one channel share channelStreamBufferBytes: a call whose
+// request takes the channel's total past it commits, though its own
+// buffer has room, and is not retried; the call that fit still is.
+TEST_F(StreamE2ETest, TheChannelsStreamsShareOneReplayBuffer) {
+  server_.FailBefore(2);  // each call's first attempt
+  StreamRequest req;
+  req.set_n(1);
+  req.set_payload(std::string(20, 'x'));
+  const size_t size = req.ByteSizeLong();
+  // Room for one call's request, not two.
+  Connect(
+      Config(absl::StrCat("\"channelStreamBufferBytes\": ", size + size / 2)));
+  grpc::ClientContext ctx_a;
+  StreamReply reply_a;
+  auto a = stub_->ClientStream(&ctx_a, &reply_a);
+  ASSERT_TRUE(a->Write(req));
+  grpc::ClientContext ctx_b;
+  StreamReply reply_b;
+  auto b = stub_->ClientStream(&ctx_b, &reply_b);
+  ASSERT_TRUE(b->Write(req));
+  b->WritesDone();
+  const grpc::Status status_b = b->Finish();
+  EXPECT_EQ(status_b.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status_b.error_message();
+  EXPECT_EQ(Terminal().commit, "channel_buffer_limit");
+  EXPECT_EQ(Terminal().reason, GiveUpReason::kCommitted);
+  a->WritesDone();
+  const grpc::Status status_a = a->Finish();
+  ASSERT_TRUE(status_a.ok()) << status_a.error_message();
+  EXPECT_EQ(reply_a.n(), 1);
+  EXPECT_EQ(server_.attempts().size(), 3u);  // a twice, b once
+}
+
 // A stream whose requests were buffered holds none once it has committed,
 // but the requests its attempt has taken and not yet written: at most the
 // write window (StreamFlow::kAheadBytes, or one request larger than it).

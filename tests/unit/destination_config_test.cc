@@ -23,11 +23,14 @@ TEST(DestinationConfigTest, ReadsEverySetting) {
                          "probeTimeout": "5s"},
       "retryBudget": {"window": "30s", "buckets": 30, "ratio": 0.1,
                       "minRetriesPerSecond": 2},
-      "breakerKey": "target_and_service", "maxUndeclaredMethods": 50},
+      "breakerKey": "target_and_service", "maxUndeclaredMethods": 50,
+      "streamBufferBytes": 1000, "channelStreamBufferBytes": 1048576},
     "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.5}})");
   ASSERT_TRUE(c.ok()) << c.status();
   const DestinationConfig& d = c->destination();
   EXPECT_EQ(d.max_undeclared_methods, 50u);
+  EXPECT_EQ(d.stream_buffer_bytes, 1000u);
+  EXPECT_EQ(d.channel_stream_buffer_bytes, 1048576u);
   ASSERT_TRUE(d.breaker.has_value());
   EXPECT_EQ(d.breaker->window, absl::Seconds(20));
   EXPECT_EQ(d.breaker->buckets, 20);
@@ -136,6 +139,19 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
        "rpcguard.maxUndeclaredMethods: must be an integer"},
       {R"({"rpcguard": {"maxUndeclaredMethods": "100"}})",
        "rpcguard.maxUndeclaredMethods: must be a number"},
+      {R"({"rpcguard": {"streamBufferBytes": -1}})",
+       "rpcguard.streamBufferBytes: must be a whole number of bytes from 0 to "
+       "1073741824"},
+      {R"({"rpcguard": {"streamBufferBytes": 10.5}})",
+       "rpcguard.streamBufferBytes: must be a whole number of bytes from 0 to "
+       "1073741824"},
+      {R"({"rpcguard": {"streamBufferBytes": "1k"}})",
+       "rpcguard.streamBufferBytes: must be a number"},
+      {R"({"rpcguard": {"channelStreamBufferBytes": 2e12}})",
+       "rpcguard.channelStreamBufferBytes: must be a whole number of bytes "
+       "from 0 to 1099511627776"},
+      {R"({"rpcguard": {"channelStreamBufferBytes": null}})",
+       "rpcguard.channelStreamBufferBytes: must be a number"},
       {R"({"RPCGuard": {}})",
        "RPCGuard: unknown field (did you mean \"rpcguard\"?)"},
   };
@@ -145,6 +161,15 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
         << c.json;
     EXPECT_EQ(config.status().message(), c.error) << c.json;
   }
+}
+
+// gRPC C-core's and grpc-go's per-call retry buffer; grpc-java's
+// per-channel one.
+TEST(DestinationConfigTest, StreamBuffersDefault) {
+  absl::StatusOr<Config> c = Config::FromJson("{}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->destination().stream_buffer_bytes, 256u * 1024);
+  EXPECT_EQ(c->destination().channel_stream_buffer_bytes, 16u << 20);
 }
 
 TEST(DestinationConfigTest, UndeclaredMethodsBoundDefaultsToTwoThousand) {

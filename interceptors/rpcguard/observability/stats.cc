@@ -21,8 +21,8 @@
 namespace rpcguard {
 namespace {
 // TraceEvent::commit's values, in the order of MethodHandle::commits.
-constexpr std::array<absl::string_view, 3> kCommitReasons = {
-    "headers", "message", "buffer_limit"};
+constexpr std::array<absl::string_view, 4> kCommitReasons = {
+    "headers", "message", "buffer_limit", "channel_buffer_limit"};
 }  // namespace
 namespace {
 

@@ -340,7 +340,7 @@ class Stats::MethodHandle {
   std::array<std::atomic<uint64_t>, kReasons> give_ups{};
   std::array<std::atomic<uint64_t>, kReasons> fail_fasts{};
   // By kCommitReasons' index.
-  std::array<std::atomic<uint64_t>, 3> commits{};
+  std::array<std::atomic<uint64_t>, 4> commits{};
   // Per bucket, not cumulative; the last is +Inf.
   std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};
   std::atomic<uint64_t> delay_sum_us{0};

@@ -378,7 +378,7 @@ absl::Status ParseCancelled(const TraceFieldText* f, TraceEvent* e) {
 absl::Status ParseCommit(const TraceFieldText* f, TraceEvent* e) {
   if (f == nullptr || f->absent) return absl::OkStatus();
   if (f->value != "headers" && f->value != "message" &&
-      f->value != "buffer_limit") {
+      f->value != "buffer_limit" && f->value != "channel_buffer_limit") {
     return Bad("commit", f->value);
   }
   e->commit = f->value;

@@ -76,9 +76,11 @@ absl::string_view CommitReasonName(CommitReason reason) {
     case CommitReason::kMessage:
       return "message";
     case CommitReason::kBufferLimit:
+      return "buffer_limit";
+    case CommitReason::kChannelBufferLimit:
       break;
   }
-  return "buffer_limit";
+  return "channel_buffer_limit";
 }
 
 void CallEngine::Commit(CommitReason reason) {

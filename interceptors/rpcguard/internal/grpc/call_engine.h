@@ -135,9 +135,13 @@ enum class CommitReason {
   kHeaders,      // the server's response headers came
   kMessage,      // a response message came
   kBufferLimit,  // the requests outgrew the replay buffer
+  // The channel's streams together hold their replay limit (a busy channel
+  // keeps no more; DestinationConfig::channel_stream_buffer_bytes).
+  kChannelBufferLimit,
 };
 
-// "headers", "message", "buffer_limit": the trace's `commit` field.
+// "headers", "message", "buffer_limit", "channel_buffer_limit": the trace's
+// `commit` field.
 absl::string_view CommitReasonName(CommitReason reason);
 
 // The seam between the engine and gRPC. Every method but TakeResult is

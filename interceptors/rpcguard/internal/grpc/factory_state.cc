@@ -156,7 +156,9 @@ FactoryState::FactoryState(Options options)
       // 1 MiB), so that about as many again past the bound stay remembered.
       past_bound_(std::min<size_t>(config_.destination().max_undeclared_methods,
                                    size_t{1} << 16)),
-      hedge_timers_(TimerQueue::Create()) {}
+      hedge_timers_(TimerQueue::Create()),
+      channel_stream_bytes_(config_.destination().channel_stream_buffer_bytes) {
+}
 
 FactoryState::~FactoryState() {
   registry_->RemoveTransitionListener(listener_id_);

@@ -22,6 +22,8 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/interceptor.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -127,6 +129,25 @@ struct CallOverride {
 
 // What every interceptor of one factory shares. Immutable after Init but
 // for its thread-safe members (method cache, stats, sink).
+// The bytes of requests that all streaming calls of one channel hold for
+// replay (DestinationConfig::channel_stream_buffer_bytes), lock-free.
+class ChannelStreamBytes {
+ public:
+  explicit ChannelStreamBytes(uint64_t limit) : limit_(limit) {}
+  // Counts `n` more bytes held; false when the total with them is past the
+  // limit (they are counted all the same: they are held until freed).
+  bool Add(uint64_t n) {
+    return held_.fetch_add(n, std::memory_order_relaxed) + n <= limit_;
+  }
+  void Free(uint64_t n) { held_.fetch_sub(n, std::memory_order_relaxed); }
+  uint64_t held() const { return held_.load(std::memory_order_relaxed); }
+  uint64_t limit() const { return limit_; }
+
+ private:
+  const uint64_t limit_;
+  std::atomic<uint64_t> held_{0};
+};
+
 class FactoryState {
  public:
   explicit FactoryState(Options options);
@@ -147,6 +168,10 @@ class FactoryState {
   // The replay buffer of each streaming call (DestinationConfig).
   size_t stream_buffer_bytes() const {
     return config_.destination().stream_buffer_bytes;
+  }
+  // What the channel's streams hold together; lives as long as this.
+  ChannelStreamBytes* channel_stream_bytes() const {
+    return &channel_stream_bytes_;
   }
 
   // The state of `method`, computed on its first call; after that only a
@@ -243,6 +268,7 @@ class FactoryState {
   // later calls need neither the descriptor pool's lock nor ours.
   SharedMemo<MethodState> past_bound_;
   const std::shared_ptr<TimerQueue> hedge_timers_;
+  mutable ChannelStreamBytes channel_stream_bytes_;
 };
 
 }  // namespace internal

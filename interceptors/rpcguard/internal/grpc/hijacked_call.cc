@@ -70,10 +70,10 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
               call_override_ ? &*call_override_ : nullptr) {}
 
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
-                              size_t buffer_limit,
                               InterceptorBatchMethods* first_batch) {
-  stream_ =
-      std::make_unique<StreamFlow>(this, method_.name, type, buffer_limit);
+  stream_ = std::make_unique<StreamFlow>(this, method_.name, type,
+                                         factory_->stream_buffer_bytes(),
+                                         factory_->channel_stream_bytes());
   stream_->TakeFirstBatch(first_batch);
 }
 

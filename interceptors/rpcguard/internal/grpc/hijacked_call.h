@@ -109,10 +109,10 @@ class HijackedCall final : public CallIo,
   void Start() { engine_.Start(); }
 
   // Makes this a streaming call (stream_flow.h), of gRPC type `type`, whose
-  // requests are kept for replay up to `buffer_limit` bytes; then
-  // `first_batch` gives the first requests. Before Start or
-  // FailBeforeStart; Setup::request and rpc_method are not used.
-  void MakeStream(grpc::internal::RpcMethod::RpcType type, size_t buffer_limit,
+  // requests are kept for replay within the factory's limits (the call's
+  // and the channel's); then `first_batch` gives the first requests. Before
+  // Start or FailBeforeStart; Setup::request and rpc_method are not used.
+  void MakeStream(grpc::internal::RpcMethod::RpcType type,
                   grpc::experimental::InterceptorBatchMethods* first_batch);
 
   // A streaming call's later batch (StreamFlow::Serve).

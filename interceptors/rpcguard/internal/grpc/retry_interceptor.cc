@@ -296,8 +296,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     setup.channel = batch->GetInterceptedChannel();
     if (stream_) {
-      call->MakeStream(StreamType(info_->type()),
-                       factory_->stream_buffer_bytes(), batch);
+      call->MakeStream(StreamType(info_->type()), batch);
     } else {
       setup.rpc_method = &method_->RpcMethodFor(info_->channel());
       // Taken, not copied: a hijacked call never sends its own message.

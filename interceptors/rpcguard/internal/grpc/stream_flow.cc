@@ -42,11 +42,12 @@ void StreamAttempt::OnDone(const grpc::Status& status) {
 
 StreamFlow::StreamFlow(StreamOwner* owner, std::string method,
                        grpc::internal::RpcMethod::RpcType type,
-                       size_t buffer_limit)
+                       size_t buffer_limit, ChannelStreamBytes* channel)
     : owner_(owner),
       method_(std::move(method)),
       rpc_method_(method_.c_str(), type),
-      buffer_limit_(buffer_limit) {}
+      buffer_limit_(buffer_limit),
+      channel_(channel) {}
 
 void StreamFlow::TakeFirstBatch(InterceptorBatchMethods* batch) {
   const grpc::ByteBuffer* request =
@@ -105,13 +106,18 @@ void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
   int64_t index = -1;
   if (request != nullptr) {
     const size_t size = request->Length();
-    if (!committed_ && bytes_ + size > buffer_limit_) {
+    // Counted whatever happens: held until the attempt has written it.
+    const bool channel_fits = channel_->Add(size);
+    if (!committed_ && (bytes_ + size > buffer_limit_ || !channel_fits)) {
       // More than a replay may hold: this attempt, or the next if none
       // runs, is the last.
+      const CommitReason reason = bytes_ + size > buffer_limit_
+                                      ? CommitReason::kBufferLimit
+                                      : CommitReason::kChannelBufferLimit;
       if (current_ != nullptr && current_->bound_) {
-        CommitLocked(CommitReason::kBufferLimit, a);
-      } else {
-        commit_at_start_ = true;
+        CommitLocked(reason, a);
+      } else if (!commit_at_start_.has_value()) {
+        commit_at_start_ = reason;
       }
     }
     // A reference to the same slices, not a copy of the bytes.
@@ -151,9 +157,9 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
     // Replays from the start: nothing is freed before the commit.
     attempt->written_ = freed_;
     attempt->written_bytes_ = freed_bytes_;
-    if (commit_at_start_) {
-      commit_at_start_ = false;
-      CommitLocked(CommitReason::kBufferLimit, a);
+    if (commit_at_start_.has_value()) {
+      CommitLocked(*commit_at_start_, a);
+      commit_at_start_.reset();
     }
     CompleteSendsLocked(a, /*resume=*/true);
     PumpLocked(a);
@@ -289,10 +295,8 @@ void StreamFlow::CommitLocked(CommitReason reason, Actions& a) {
 void StreamFlow::FreeWrittenLocked() {
   const int64_t written = current_ == nullptr ? freed_ : current_->written_;
   while (freed_ < written && !replay_.empty()) {
-    const size_t size = replay_.front().bytes.Length();
+    ReleaseBytesLocked(replay_.front().bytes.Length());
     freed_bytes_ = replay_.front().end;
-    bytes_ -= size;
-    g_buffered.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
     replay_.pop_front();
     ++freed_;
   }
@@ -441,9 +445,7 @@ void StreamFlow::Conclude(const FinalOutcome& outcome) {
     }
     sends_.clear();
     replay_.clear();
-    g_buffered.fetch_sub(static_cast<int64_t>(bytes_),
-                         std::memory_order_relaxed);
-    bytes_ = 0;
+    ReleaseBytesLocked(bytes_);
   }
   Run(a);
 }
@@ -452,9 +454,15 @@ int64_t StreamBytesBuffered() {
   return g_buffered.load(std::memory_order_relaxed);
 }
 
+void StreamFlow::ReleaseBytesLocked(size_t n) {
+  bytes_ -= n;
+  g_buffered.fetch_sub(static_cast<int64_t>(n), std::memory_order_relaxed);
+  channel_->Free(n);
+}
+
 StreamFlow::~StreamFlow() {
   internal::MutexLock lock(&mu_);
-  g_buffered.fetch_sub(static_cast<int64_t>(bytes_), std::memory_order_relaxed);
+  ReleaseBytesLocked(bytes_);
 }
 
 size_t StreamFlow::buffered_bytes() const {

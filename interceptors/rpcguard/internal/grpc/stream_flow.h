@@ -122,9 +122,11 @@ class StreamFlow {
 
   // `method` names the method in messages; `type` is the call's
   // (ClientRpcInfo); `buffer_limit`: bytes of requests kept for replay
-  // before the call commits.
+  // before the call commits; `channel`: what all streams of the channel
+  // hold, and their limit (it outlives the flow).
   StreamFlow(StreamOwner* owner, std::string method,
-             grpc::internal::RpcMethod::RpcType type, size_t buffer_limit);
+             grpc::internal::RpcMethod::RpcType type, size_t buffer_limit,
+             ChannelStreamBytes* channel);
   ~StreamFlow();
   StreamFlow(const StreamFlow&) = delete;
   StreamFlow& operator=(const StreamFlow&) = delete;
@@ -213,6 +215,8 @@ class StreamFlow {
   void DeliverLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the requests the committed attempt has written.
   void FreeWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `n` bytes fewer held, in bytes_ and the gauges.
+  void ReleaseBytesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The current attempt's next operations; `read_chain`: a read has just
   // completed (reading goes on to the full read-ahead).
   void PumpLocked(Actions& a, bool read_chain = false)
@@ -225,6 +229,7 @@ class StreamFlow {
   const std::string method_;
   const grpc::internal::RpcMethod rpc_method_;
   const size_t buffer_limit_;
+  ChannelStreamBytes* const channel_;
 
   mutable internal::Mutex mu_;
   // A request kept for replay, and the bytes of every request up to and
@@ -247,8 +252,9 @@ class StreamFlow {
 
   std::shared_ptr<StreamAttempt> current_ ABSL_GUARDED_BY(mu_);
   bool committed_ ABSL_GUARDED_BY(mu_) = false;
-  // The requests outgrew the buffer while no attempt ran: the next commits.
-  bool commit_at_start_ ABSL_GUARDED_BY(mu_) = false;
+  // The requests outgrew a buffer while no attempt ran: the next commits,
+  // for this reason.
+  std::optional<CommitReason> commit_at_start_ ABSL_GUARDED_BY(mu_);
   Metadata initial_metadata_ ABSL_GUARDED_BY(mu_);
   bool metadata_ready_ ABSL_GUARDED_BY(mu_) = false;
   // The committed attempt's messages read ahead of the application.
