@@ -1275,12 +1275,12 @@ int64_t Chaos::CheckAndReport() {
                           " deadline ", rel(a.deadline), " ",
                           StatusCodeName(a.code), "]");
         }
-        late.Fail(absl::StrCat(r.op_id, " (", phases_[r.phase].name, ") ended ",
-                               absl::FormatDuration(lateness),
-                               " after its deadline (process stalled ",
-                               absl::FormatDuration(stalled),
-                               " around it): ", r.code, " ", r.message,
-                               "; started ", rel(r.start), timeline));
+        late.Fail(absl::StrCat(
+            r.op_id, " (", r.api == Api::kSync ? "sync" : "callback", ", ",
+            phases_[r.phase].name, ") ended ", absl::FormatDuration(lateness),
+            " after its deadline (process stalled ",
+            absl::FormatDuration(stalled), " around it): ", r.code, " ",
+            r.message, "; started ", rel(r.start), timeline));
       }
     } else {
       max_late_unexcused = std::max(max_late_unexcused, lateness);

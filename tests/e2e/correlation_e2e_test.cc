@@ -62,6 +62,10 @@ class CorrelationE2ETest : public ::testing::Test {
                 lines_.push_back(FormatLogfmt(e));
                 lines_.push_back(FormatJson(e));
               });
+          options.give_up_hook = [this](const GiveUpInfo& info) {
+            absl::MutexLock lock(&mu_);
+            give_ups_.push_back(info);
+          };
         });
     ASSERT_TRUE(channel.ok()) << channel.status();
     stub_ = FaultService::NewStub(*channel);
@@ -110,7 +114,28 @@ class CorrelationE2ETest : public ::testing::Test {
   std::unique_ptr<FaultService::Stub> stub_;
   absl::Mutex mu_;
   std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  std::vector<GiveUpInfo> give_ups_ ABSL_GUARDED_BY(mu_);
 };
+
+// The give-up hook learns the ids too: a dead letter names its request. A
+// retried call that ran out of attempts, and one sent once.
+TEST_F(CorrelationE2ETest, TheGiveUpHookGetsTheCallersIds) {
+  Open();
+  EXPECT_FALSE(Call("Get", "retried", 5,
+                    {{"traceparent", kTraceparent}, {"x-request-id", "r-1"}})
+                   .ok());
+  EXPECT_FALSE(Call("Create", "once", 1, {{"x-request-id", "r-2"}}).ok());
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(give_ups_.size(), 2u);
+  EXPECT_EQ(give_ups_[0].reason, GiveUpReason::kMaxAttempts);
+  EXPECT_EQ(give_ups_[0].trace_id, kTraceId);
+  EXPECT_EQ(give_ups_[0].correlation,
+            (std::vector<CorrelationId>{{"x-request-id", "r-1"}}));
+  EXPECT_EQ(give_ups_[1].reason, GiveUpReason::kNotIdempotent);
+  EXPECT_EQ(give_ups_[1].trace_id, "");
+  EXPECT_EQ(give_ups_[1].correlation,
+            (std::vector<CorrelationId>{{"x-request-id", "r-2"}}));
+}
 
 TEST_F(CorrelationE2ETest, EveryLineOfARetriedCallCarriesTheCallersIds) {
   Open();

@@ -327,6 +327,11 @@ struct GiveUpInfo {
   std::string idempotency_key;
   // The request message, serialized as it was sent.
   std::string request;
+  // The caller's correlation ids, as on the call's trace lines
+  // (TraceEvent::trace_id and correlation): to tie a dead letter to the
+  // request that caused it.
+  std::string trace_id;
+  std::vector<CorrelationId> correlation;
 };
 
 // Called once for every call that gave up (a terminal event with decision

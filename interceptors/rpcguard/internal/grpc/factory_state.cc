@@ -336,6 +336,8 @@ void FactoryState::ReportGiveUp(const MethodState& method,
   info.attempts = attempts;
   info.idempotency_key = idempotency_key;
   info.request = Bytes(request);
+  info.trace_id = event.trace_id;
+  info.correlation = event.correlation;
   give_up_hook_(info);
 }
 
