@@ -390,6 +390,7 @@ void StreamFlow::PumpLocked(Actions& a, bool read_chain) {
     if (attempt->written_ < taken_) {
       attempt->writing_ = true;
       a.write = &replay_[attempt->written_ - freed_].bytes;
+      a.write_more = attempt->written_ + 1 < taken_;
       ++a.holds;
     } else if (half_closed_) {
       attempt->closing_ = true;
@@ -421,7 +422,13 @@ void StreamFlow::Run(Actions& a) {
   for (InterceptorBatchMethods* b : a.proceed_last) b->Proceed();
   StreamAttempt* attempt = a.attempt;
   if (attempt == nullptr) return;
-  if (a.write != nullptr) attempt->StartWrite(a.write);
+  if (a.write != nullptr) {
+    grpc::WriteOptions options;
+    // More are queued: the transport may hold this one for them and send
+    // them together (the last of a run goes without the hint, and flushes).
+    if (a.write_more) options.set_buffer_hint();
+    attempt->StartWrite(a.write, options);
+  }
   if (a.writes_done) attempt->StartWritesDone();
   if (a.read) attempt->StartRead(&attempt->read_buffer_);
   for (int i = 0; i < a.holds; ++i) attempt->RemoveHold();

@@ -182,6 +182,7 @@ class StreamFlow {
         proceed_last;
     StreamAttempt* attempt = nullptr;  // for the operations below
     const grpc::ByteBuffer* write = nullptr;
+    bool write_more = false;  // more requests queued behind `write`
     bool writes_done = false;
     bool read = false;
     int holds = 0;  // one per operation above, added under mu_
