@@ -338,6 +338,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     attempt = std::move(*it);
     attempts_.erase(it);
     attempt->ended = true;
+    attempt->ended_at = controller_.Now();
     if (attempts_.empty()) self = std::move(in_flight_);
     facts.end.caller_cancelled = cancelled_;
     facts.cancelled = cancelled_;
@@ -686,8 +687,10 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                     : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                     : reason;
   terminal.deadline_left = controller_.Remaining();
-  if (last != nullptr)
-    terminal.attempt_duration = controller_.Now() - last->sent;
+  if (last != nullptr) {
+    terminal.attempt_duration =
+        std::min(controller_.Now(), last->ended_at) - last->sent;
+  }
   if (first_sent_ != absl::InfinitePast()) {
     terminal.call_duration = controller_.Now() - first_sent_;
   }

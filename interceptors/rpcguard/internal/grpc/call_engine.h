@@ -97,6 +97,9 @@ struct EngineAttempt {
   bool sending = false;
   // Its end has come back (OnAttemptDone): nothing to cancel.
   bool ended = false;
+  // When it did, on the injected clock: a call that ends later (after a
+  // backoff, a refresh) reports the attempt's own duration.
+  absl::Time ended_at = absl::InfiniteFuture();
   // Cancelled by rpcguard because another attempt decided the call: its
   // end says nothing of the server.
   bool loser = false;

@@ -364,10 +364,15 @@ TEST_F(CallEngineTest, ARefreshThatOutlivesTheDeadlineEndsTheCall) {
   Make(kRetry, /*refresher=*/true);
   NewCall(absl::Seconds(1));
   engine_->Start();
+  clock_.Advance(absl::Milliseconds(30));
   End(1, grpc::StatusCode::UNAUTHENTICATED);
   Fire(io_.Active(TimerKind::kRefreshDeadline).at(0));
   EXPECT_EQ(io_.concluded, 1);
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kDeadline);
+  // The line reports the attempt it ends with: its own 30 ms, not the wait
+  // for the refresher after it.
+  EXPECT_EQ(io_.terminal.attempt_duration, absl::Milliseconds(30));
+  EXPECT_EQ(io_.terminal.call_duration, absl::Seconds(1));
   // The refresher's late answer finds nothing to do.
   engine_->OnRefreshed(RefreshedCredentials{});
   EXPECT_EQ(io_.sent.size(), 1u);
