@@ -59,6 +59,9 @@ inline constexpr char kPassThroughHeader[] = "rpcguard-passthrough";
 // before anything is sent.
 inline constexpr char kCallPolicyHeader[] = "rpcguard-call-policy";
 inline constexpr char kPushbackTrailer[] = "grpc-retry-pushback-ms";
+// Names why a service below gave up, beside a "do not retry" pushback
+// (server.h).
+inline constexpr char kGaveUpTrailer[] = "rpcguard-gave-up";
 
 // What a CredentialRefresher hands back for the one retry after an
 // UNAUTHENTICATED.

@@ -68,6 +68,7 @@
 #include "absl/strings/string_view.h"
 #include "rpcguard/decision/call_policy.h"
 #include "rpcguard/decision/policy.h"
+#include "rpcguard/destination/adaptive_throttle.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
@@ -128,7 +129,8 @@ struct ResolvedPolicy {
 //     "breakerKey": "target",                      // or "target_and_service"
 //     "streamBufferBytes": 262144,                 // a stream's replay buffer
 //     "channelStreamBufferBytes": 16777216,        // all streams' together
-//     "maxUndeclaredMethods": 2000}
+//     "maxUndeclaredMethods": 2000,
+//     "adaptiveThrottling": {"k": 2, "window": "120s"}}
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
   std::optional<BreakerOptions> breaker;
@@ -136,6 +138,12 @@ struct DestinationConfig {
   // Unset: the registry's defaults (RetryBudgetOptions{}).
   std::optional<RetryBudgetOptions> budget;
   bool budget_enabled = true;
+  // "adaptiveThrottling": the destination's adaptive throttle
+  // (destination/adaptive_throttle.h), on by default with K = 2 over two
+  // minutes; {"enabled": false} turns it off. Unset: its
+  // defaults.
+  std::optional<AdaptiveThrottleOptions> adaptive_throttle;
+  bool adaptive_throttle_enabled = true;
   // gRFC A6 retryThrottling, shared by the destination's calls; off unless
   // the JSON has it.
   std::optional<RetryThrottleOptions> throttle;

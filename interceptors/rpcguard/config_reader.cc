@@ -181,6 +181,16 @@ constexpr JsonMemberRow<BudgetJson> kBudgetMembers[] = {
      NumberOf<RetryBudgetOptions, &RetryBudgetOptions::min_retries_per_second>},
 };
 
+using AdaptiveJson = Switchable<AdaptiveThrottleOptions>;
+constexpr JsonMemberRow<AdaptiveJson> kAdaptiveMembers[] = {
+    {"enabled", ReadEnabled<AdaptiveThrottleOptions>},
+    {"k", NumberOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::k>},
+    {"window",
+     DurationOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::window>},
+    {"buckets",
+     CountOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::buckets>},
+};
+
 // Both members are required (gRFC A6).
 constexpr JsonMemberRow<RetryThrottleOptions> kThrottleMembers[] = {
     {"maxTokens",
@@ -426,6 +436,9 @@ class ConfigReader {
       } else if (m.key == "retryBudget") {
         ReadSwitchable(m.value, field, kBudgetMembers, &d.budget_enabled,
                        &d.budget);
+      } else if (m.key == "adaptiveThrottling") {
+        ReadSwitchable(m.value, field, kAdaptiveMembers,
+                       &d.adaptive_throttle_enabled, &d.adaptive_throttle);
       } else if (m.key == "breakerKey") {
         if (!CheckType(m.value, Json::Type::kString, field, errors_)) continue;
         if (m.value.string == "target") {

@@ -42,6 +42,7 @@
 #include "rpcguard/observability/stats.h"        // IWYU pragma: export
 #include "rpcguard/observability/trace.h"        // IWYU pragma: export
 #include "rpcguard/random.h"                     // IWYU pragma: export
+#include "rpcguard/server.h"                     // IWYU pragma: export
 #include "rpcguard/version.h"                    // IWYU pragma: export
 
 #endif  // RPCGUARD_RPCGUARD_H_

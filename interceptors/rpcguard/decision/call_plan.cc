@@ -95,7 +95,8 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
                     : CallMode::kMetadataOnly;
     return plan;
   }
-  if (MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
+  if (!facts.no_hedge &&
+      MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
     if (!facts.response_may_be_message) {
       plan.mode = CallMode::kMetadataOnly;
       plan.reason = GiveUpReason::kUnsupportedCall;
@@ -133,6 +134,12 @@ CallPlan RefusedByBreaker(CallPlan plan, absl::string_view message) {
   plan = FailFast(plan, grpc::StatusCode::UNAVAILABLE,
                   absl::StrCat("rpcguard: ", message));
   plan.reason = GiveUpReason::kBreakerOpen;
+  return plan;
+}
+
+CallPlan RefusedByThrottle(CallPlan plan, const grpc::Status& status) {
+  plan = FailFast(plan, status.error_code(), status.error_message());
+  plan.reason = GiveUpReason::kThrottled;
   return plan;
 }
 

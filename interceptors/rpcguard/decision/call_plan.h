@@ -70,6 +70,10 @@ struct CallFacts {
   // own config entry), not for its service or as a default: IDEMPOTENT and
   // KEYED methods are hedged only then.
   bool hedging_for_method = false;
+  // The call is made for a server call that is itself a retry or a hedge
+  // (its caller's attempt >= 2; server.h): it is not hedged, so that copies
+  // do not multiply down a chain. It may still be retried.
+  bool no_hedge = false;
 };
 
 // The answer of PlanCall.
@@ -114,6 +118,10 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts);
 // `plan` after the destination's breaker refused the call (kMetadataOnly and
 // kRide ask it before sending): kFailFast with UNAVAILABLE and `message`.
 CallPlan RefusedByBreaker(CallPlan plan, absl::string_view message);
+
+// `plan` after the destination's adaptive throttle refused the call:
+// kFailFast with `status` (UNAVAILABLE), reason kThrottled.
+CallPlan RefusedByThrottle(CallPlan plan, const grpc::Status& status);
 
 }  // namespace rpcguard
 

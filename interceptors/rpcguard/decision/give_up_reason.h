@@ -42,7 +42,14 @@ namespace rpcguard {
   /* a stream had committed to its attempt (gRFC A6: a response, its     \
      headers, or more requests than the replay buffer holds): the        \
      attempt's failure is the call's */                                  \
-  X(Committed, "committed")
+  X(Committed, "committed")                                              \
+  /* the destination's adaptive throttle refused the attempt locally     \
+     (adaptive_throttle.h): it is overloaded */                          \
+  X(Throttled, "throttled")                                              \
+  /* the service called had itself given up, and said so (its failure    \
+     carried rpcguard's gave-up trailer with a stop pushback): a retry   \
+     would multiply the attempts below it */                             \
+  X(DownstreamGaveUp, "downstream_gave_up")
 
 // Why a call stopped without success (or kNone). Names are stable: they
 // appear in status messages, traces and stats.
@@ -63,7 +70,7 @@ inline constexpr int kNumGiveUpReasons = 0
 // Returns the reason's name from the list above: "none", "max_attempts",
 // "deadline", "fatal", "auth", "not_idempotent", "cancelled",
 // "budget_exhausted", "breaker_open", "pushback_stop", "unsupported_call",
-// "local_error".
+// "local_error", "committed", "throttled", "downstream_gave_up".
 absl::string_view GiveUpReasonName(GiveUpReason reason);
 
 }  // namespace rpcguard

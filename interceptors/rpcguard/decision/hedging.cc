@@ -226,7 +226,7 @@ HedgeController::Step HedgeController::OnCopyEnd(int number,
   // A non-fatal failure.
   if (pushback.kind == Pushback::Kind::kStop) {
     stopped_ = true;
-    server_stop_ = GiveUpReason::kPushbackStop;
+    server_stop_ = pushback.StopReason();
     next_timer_ = absl::InfiniteFuture();
   } else if (pushback.kind == Pushback::Kind::kRetryAfter ||
              pushback.min_delay.has_value()) {

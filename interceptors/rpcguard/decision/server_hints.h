@@ -31,6 +31,16 @@ struct Pushback {
   absl::Duration delay;  // for kRetryAfter
   // google.rpc.RetryInfo.retry_delay: the least the next retry must wait.
   std::optional<absl::Duration> min_delay;
+  // A kStop that came with rpcguard's gave-up trailer (server.h): the
+  // server had itself given up on a call below it. Its give-up reason is
+  // then downstream_gave_up rather than pushback_stop.
+  bool downstream_gave_up = false;
+
+  // The give-up reason a kStop stands for.
+  GiveUpReason StopReason() const {
+    return downstream_gave_up ? GiveUpReason::kDownstreamGaveUp
+                              : GiveUpReason::kPushbackStop;
+  }
 };
 
 // Parses a `grpc-retry-pushback-ms` value: a non-negative decimal integer of

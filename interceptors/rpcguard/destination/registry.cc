@@ -127,6 +127,7 @@ struct BreakerRegistry::State {
     std::shared_ptr<CircuitBreaker> breaker;
     std::shared_ptr<RetryBudget> budget;
     std::shared_ptr<RetryThrottle> throttle;
+    std::shared_ptr<AdaptiveThrottle> adaptive;
     // The last lookup, or the last sweep that found the entry in use: how
     // long an unused OPEN or HALF_OPEN breaker has been left alone.
     absl::Time last_used;
@@ -188,7 +189,8 @@ struct BreakerRegistry::State {
   // count of 1 cannot grow behind the sweep's back.
   static bool Evictable(Entry& entry, absl::Time now) {
     auto used = [](const auto& p) { return p != nullptr && p.use_count() > 1; };
-    if (used(entry.breaker) || used(entry.budget) || used(entry.throttle)) {
+    if (used(entry.breaker) || used(entry.budget) || used(entry.throttle) ||
+        used(entry.adaptive)) {
       entry.last_used = now;
       return false;
     }
@@ -216,6 +218,9 @@ struct BreakerRegistry::State {
       if (s.first_attempts > 0 || s.retries > 0 || s.unpaid_in_flight > 0) {
         return false;
       }
+    }
+    if (entry.adaptive != nullptr && entry.adaptive->Snapshot().requests > 0) {
+      return false;
     }
     return true;
   }
@@ -317,6 +322,26 @@ absl::StatusOr<std::shared_ptr<RetryThrottle>> BreakerRegistry::GetThrottle(
               *RetryThrottle::Create(options, entry.throttle.get());
         }
         return entry.throttle;
+      });
+}
+
+absl::StatusOr<std::shared_ptr<AdaptiveThrottle>>
+BreakerRegistry::GetAdaptiveThrottle(absl::string_view key,
+                                     const AdaptiveThrottleOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  return impl_->WithEntry(
+      key, clock_->MonotonicNow(),
+      [&](State::Entry& entry)
+          -> absl::StatusOr<std::shared_ptr<AdaptiveThrottle>> {
+        if (entry.adaptive == nullptr) {
+          entry.adaptive =
+              *AdaptiveThrottle::Create(options, clock_, options_.random);
+        } else if (entry.adaptive->options() != options) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("adaptive throttle \"", key,
+                           "\" already exists with other options"));
+        }
+        return entry.adaptive;
       });
 }
 

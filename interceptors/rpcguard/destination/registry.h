@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/clock.h"
+#include "rpcguard/destination/adaptive_throttle.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
@@ -48,7 +49,8 @@ namespace rpcguard {
 //     the open time is over and the trip no longer lengthens the next one,
 //     so a fresh breaker knows as much. FORCED_OPEN and DISABLED are an
 //     operator's decision and are kept until Reset();
-//   - its budget has nothing counted in its window.
+//   - its budget has nothing counted in its window, nor its adaptive
+//     throttle.
 //
 // An A6 throttle is forgotten with its entry whatever its token count, as
 // gRPC forgets its own with the channels that use it.
@@ -70,6 +72,9 @@ class BreakerRegistry {
     RetryBudgetOptions budget;
     // Null: Clock::Real(). Must outlive the registry and its objects.
     Clock* clock = nullptr;
+    // The adaptive throttles' draws. Null: Random::Default(). Must outlive
+    // the registry and its objects.
+    Random* random = nullptr;
   };
 
   // Errors: InvalidArgument from options.breaker or options.budget.
@@ -108,6 +113,13 @@ class BreakerRegistry {
   // InvalidArgument from options.Validate().
   absl::StatusOr<std::shared_ptr<RetryThrottle>> GetThrottle(
       absl::string_view key, const RetryThrottleOptions& options);
+
+  // The adaptive throttle (adaptive_throttle.h) for `key`, as GetBudget
+  // does for budgets: created with `options` on first use; errors:
+  // InvalidArgument from options.Validate(), FailedPrecondition when it
+  // exists with other options. Kept while its window counts anything.
+  absl::StatusOr<std::shared_ptr<AdaptiveThrottle>> GetAdaptiveThrottle(
+      absl::string_view key, const AdaptiveThrottleOptions& options);
 
   using ListenerId = uint64_t;
 

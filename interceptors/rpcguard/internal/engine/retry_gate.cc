@@ -22,7 +22,13 @@ struct NoRandomness {
 
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
-                   const AttemptOutcome& outcome, bool server_said_stop) {
+                   const AttemptOutcome& outcome, bool server_said_stop,
+                   bool downstream) {
+  if (dest.adaptive != nullptr && !outcome.local_error && !outcome.not_sent &&
+      !outcome.caller_cancelled) {
+    dest.adaptive->RecordAnswer(
+        outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED && !downstream);
+  }
   if (dest.budget != nullptr && charge.has_value()) {
     dest.budget->RecordRetryEnd(
         *charge,
@@ -106,6 +112,10 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
     start.refused = GiveUpReason::kDeadline;
     return start;
   }
+  if (dest.adaptive != nullptr && !dest.adaptive->Admit()) {
+    start.refused = GiveUpReason::kThrottled;
+    return start;
+  }
   if (dest.breaker != nullptr) {
     start.admission = dest.breaker->Admit();
     if (!start.admission->allowed()) {
@@ -132,7 +142,7 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
 
 Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
                         absl::Time deadline, Clock* clock,
-                        const AttemptEnd& end) {
+                        const AttemptEnd& end, const Pushback& pushback) {
   MethodPolicy once = policy;
   once.retry.max_attempts = 1;
   // The controller's policy must outlive it: `once` does.
@@ -140,7 +150,7 @@ Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
   controller.StartAttempt();
   // One attempt allowed: no backoff is ever drawn.
   NoRandomness none;
-  return controller.OnAttemptEnd(end, Pushback(), none);
+  return controller.OnAttemptEnd(end, pushback, none);
 }
 
 }  // namespace rpcguard

@@ -48,6 +48,7 @@
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/decision/status_class.h"
+#include "rpcguard/destination/adaptive_throttle.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/destination/retry_throttle.h"
@@ -59,10 +60,15 @@ struct DestinationGates {
   CircuitBreaker* breaker = nullptr;
   RetryBudget* budget = nullptr;
   RetryThrottle* throttle = nullptr;
+  AdaptiveThrottle* adaptive = nullptr;
 };
 
 // Settles the cost of an attempt, before the call decides what follows (so
-// that the decision sees the budget with this attempt settled): the A6
+// that the decision sees the budget with this attempt settled): the
+// adaptive throttle hears the server's answer (an overload rejection is
+// RESOURCE_EXHAUSTED without rpcguard's gave-up trailer, `downstream`;
+// attempts that never reached the server, the caller's cancel and errors
+// the client made itself are no answer); the A6
 // throttle counts it (a retriable failure, or the server saying stop, takes
 // a token; OK adds one back; an error the client made itself, or an
 // attempt that never reached the server, tells it nothing), and a retry the
@@ -71,7 +77,8 @@ struct DestinationGates {
 // whether the throttle still allows a retry.
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
-                   const AttemptOutcome& outcome, bool server_said_stop);
+                   const AttemptOutcome& outcome, bool server_said_stop,
+                   bool downstream = false);
 
 // How the retry that follows a failure is paid for (retry_budget.h):
 // kFree when the failure never reached the server (outcome.not_sent);
@@ -109,7 +116,7 @@ Decision GateRetry(Decision d, bool throttle_allows,
 // What BeforeAttempt answers.
 struct AttemptStart {
   // kNone: send the attempt; otherwise the call ends for this reason
-  // (kCancelled, kDeadline, kBreakerOpen, kBudgetExhausted).
+  // (kCancelled, kDeadline, kThrottled, kBreakerOpen, kBudgetExhausted).
   GiveUpReason refused = GiveUpReason::kNone;
   // The breaker's admission of the attempt. On kNone it must be recorded
   // when the attempt ends (RecordAttemptEnd) or given back (kIgnored) if it
@@ -122,11 +129,12 @@ struct AttemptStart {
 };
 
 // Decides whether attempt `number` (1 = the first) may be sent now:
-// `cancelled` by the caller, `remaining` of the call's deadline. Admits it
-// to the breaker, then, for a retry, asks the budget for a grant paid as
-// `charge` (giving the admission back when the budget refuses); a first
-// attempt that goes out earns budget instead. A grant taken for an attempt
-// that is then not sent must be ended: SettleAttempt with a kIgnored
+// `cancelled` by the caller, `remaining` of the call's deadline. Asks the
+// adaptive throttle (before the breaker: a refused attempt takes no
+// admission), admits it to the breaker, then, for a retry, asks the budget for
+// a grant paid as `charge` (giving the admission back when the budget refuses);
+// a first attempt that goes out earns budget instead. A grant taken for an
+// attempt that is then not sent must be ended: SettleAttempt with a kIgnored
 // outcome, or RetryBudget::RecordRetryEnd(charge, false). Call without
 // holding locks of your own.
 AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
@@ -135,11 +143,13 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
 
 // The decision for a call sent once, without rpcguard owning it (CallPlan
 // kMetadataOnly, or a riding call that succeeded), that ended as `end`
-// says: what a RetryController allowed one attempt would say, so that its
-// give-up reason matches a hijacked call's. `deadline` is the caller's.
+// says, with the server's `pushback`: what a RetryController allowed one
+// attempt would say, so that its give-up reason matches a hijacked call's.
+// `deadline` is the caller's.
 Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
                         absl::Time deadline, Clock* clock,
-                        const AttemptEnd& end);
+                        const AttemptEnd& end,
+                        const Pushback& pushback = Pushback());
 
 }  // namespace rpcguard
 

@@ -297,6 +297,15 @@ void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
           refused, nullptr, TraceEvent::Kind::kFailFast, StatusClass::kFatal,
           a);
       return;
+    case GiveUpReason::kThrottled:
+      if (first || last_attempt_ == nullptr) {
+        FinishLocked(ThrottledStatus(method_.breaker_key), refused, nullptr,
+                     TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+        return;
+      }
+      FinishLocked(last_status_, refused, last_attempt_.get(),
+                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      return;
     case GiveUpReason::kBudgetExhausted:
       // The previous attempt's answer stands, as for any give-up; the
       // terminal event is the attempt that was not sent.
@@ -353,7 +362,8 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
   // Outside mu_: the throttle and budget are shared.
   facts.throttle_allows =
       SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
-                    report.pushback.kind == Pushback::Kind::kStop);
+                    report.pushback.kind == Pushback::Kind::kStop,
+                    report.pushback.downstream_gave_up);
 
   PolicyStep step;
   Actions a;

@@ -84,6 +84,16 @@ grpc::Status CancelledByCaller() {
                       "call cancelled by the caller");
 }
 
+grpc::Status ThrottledStatus(absl::string_view key) {
+  // UNAVAILABLE, as gRPC's own load-balancer drops: the destination may
+  // take the call later.
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("rpcguard: the adaptive throttle of \"", key,
+                   "\" refused the call: the destination is rejecting calls "
+                   "as overloaded"));
+}
+
 std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   std::string out;
@@ -273,6 +283,15 @@ void FactoryState::AttachDestination(absl::string_view method,
       state->budget = registry_->GetBudget(key);
     }
     if (state->budget != nullptr) stats_->WatchBudget(key, state->budget);
+  }
+  if (dest.adaptive_throttle_enabled) {
+    auto a = registry_->GetAdaptiveThrottle(
+        key, dest.adaptive_throttle.value_or(AdaptiveThrottleOptions{}));
+    if (a.ok()) {
+      state->adaptive = *std::move(a);
+    } else {
+      note(a.status());
+    }
   }
   if (const auto& hedging = state->resolved.policy.hedging) {
     if (hedging->adaptive_percentile.has_value()) {

@@ -56,6 +56,10 @@ const std::string& HeaderString() {
 // The status of a call its caller cancelled.
 grpc::Status CancelledByCaller();
 
+// The status of a call that the adaptive throttle of `key` refused before
+// anything was sent.
+grpc::Status ThrottledStatus(absl::string_view key);
+
 // The serialized bytes of a ByteBuffer (for the give-up hook).
 std::string Bytes(const grpc::ByteBuffer& buffer);
 
@@ -73,6 +77,8 @@ struct MethodState {
   std::shared_ptr<CircuitBreaker> breaker;
   std::shared_ptr<RetryBudget> budget;
   std::shared_ptr<RetryThrottle> throttle;
+  // The destination's adaptive throttle (null when disabled).
+  std::shared_ptr<AdaptiveThrottle> adaptive;
   // Two channels disagreeing about one shared breaker's options: calls fail
   // with FAILED_PRECONDITION rather than run unguarded.
   absl::Status setup_error;
@@ -96,7 +102,7 @@ struct MethodState {
 
   // The destination's shared state, for the retry gate.
   DestinationGates gates() const {
-    return {breaker.get(), budget.get(), throttle.get()};
+    return {breaker.get(), budget.get(), throttle.get(), adaptive.get()};
   }
 
   // Registers the method on `channel`, the channel of the call that first

@@ -142,6 +142,8 @@ AttemptReport HijackedCall::ReadEnd(
       r.pushback = ParsePushback(
           absl::string_view(it->second.data(), it->second.size()));
     }
+    r.pushback.downstream_gave_up = r.pushback.kind == Pushback::Kind::kStop &&
+                                    trailers.count(kGaveUpTrailer) > 0;
     r.pushback.min_delay = ParseRetryInfo(status.error_details());
     r.local_error = IsLocalError(status.error_code(), status.error_message());
     // The words alone could be a server's; a READY channel had a connection
@@ -345,6 +347,11 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
     if (watch != nullptr) watch->Stop();
   }
   if (terminal.decision == TraceDecision::kGiveUp) {
+    // Before the application has the result: a handler that fails its own
+    // call then finds it marked.
+    ServerCalls::Get().Mark(
+        setup_.server_link,
+        TravellingReason(terminal.reason, outcome.attempts));
     factory_->ReportGiveUp(method_, terminal, outcome.attempts,
                            setup_.idempotency_key, setup_.request);
   }

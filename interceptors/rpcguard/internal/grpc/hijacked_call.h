@@ -48,6 +48,7 @@
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
+#include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc/stream_flow.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/observability/correlation.h"
@@ -85,6 +86,9 @@ class HijackedCall final : public CallIo,
     // The call's own MethodState, when it is a copy of a shared entry
     // (MethodState::ForCall), kept as long as the call; else null.
     std::shared_ptr<const MethodState> method_owner;
+    // The server call this call was made for (server.h): its give-up marks
+    // it. Unlinked without one.
+    ServerCallLink server_link;
   };
 
   // `deadline` is the caller's, on the factory clock's monotonic time, as

@@ -32,6 +32,7 @@
 #include "rpcguard/internal/grpc/deadline.h"
 #include "rpcguard/internal/grpc/hijacked_call.h"
 #include "rpcguard/internal/grpc/sending_scope.h"
+#include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/observability/correlation.h"
@@ -164,8 +165,24 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // rpcguard owns the attempt header: a caller's value would lie.
     if (has_metadata) md->erase(HeaderString<kAttemptHeader>());
 
+    // The server call this one is made for, if any (server.h): explicitly
+    // linked, or its parent by FromServerContext (gRPC 1.51).
+    if (has_metadata) {
+      auto link = md->find(HeaderString<kServerCallLinkHeader>());
+      if (link != md->end()) {
+        server_link_ = DecodeLink(link->second);
+        md->erase(link);
+      }
+    }
+    if (!server_link_.linked()) {
+      if (grpc_call* parent = ParentCall(*info_->client_context())) {
+        server_link_ = ServerCalls::Get().Find(parent);
+      }
+    }
+
     CallFacts facts;
     facts.unary = !stream_;
+    facts.no_hedge = server_link_.no_hedge;
     facts.declaration_error = method.resolved.error;
     facts.destination_error = method.setup_error;
     std::string caller_key;
@@ -216,6 +233,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                                  PolicySource::kProtoMethod,
                          asked);
     plan_ = PlanCall(policy, facts);
+    if (facts.no_hedge && facts.unary &&
+        MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
+      CountHedgeSuppressed();
+    }
 
     if (plan_.mode == CallMode::kMetadataOnly ||
         plan_.mode == CallMode::kRide) {
@@ -225,6 +246,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       if (start.refused == GiveUpReason::kBreakerOpen) {
         plan_ = RefusedByBreaker(
             plan_, method.breaker->RefusalMessage(*start.admission));
+      } else if (start.refused == GiveUpReason::kThrottled) {
+        plan_ = RefusedByThrottle(plan_, ThrottledStatus(method.breaker_key));
       } else {
         admission_ = std::move(start.admission);
       }
@@ -336,6 +359,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.compression = app->compression_algorithm();
     setup.caller = ReadCallerSettings(*app);
     setup.app_context = app;
+    setup.server_link = server_link_;
     if (setup.caller.parent != nullptr) {
       setup.core_channel = CoreChannel(info_->channel());
     }
@@ -383,7 +407,16 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
     AttemptOutcome outcome;
+    Pushback pushback;
     if (!status->ok()) {
+      const auto& trailers = *batch->GetRecvTrailingMetadata();
+      auto it = trailers.find(kPushbackTrailer);
+      if (it != trailers.end()) {
+        pushback = ParsePushback(
+            absl::string_view(it->second.data(), it->second.size()));
+        pushback.downstream_gave_up = pushback.kind == Pushback::Kind::kStop &&
+                                      trailers.count(kGaveUpTrailer) > 0;
+      }
       AttemptEnd end;
       end.code = status->error_code();
       end.caller_cancelled = cancelled();
@@ -393,7 +426,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
                      info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
       const Decision d =
           DecideSentOnce(policy(), plan_.may_repeat, caller_deadline_.on_clock,
-                         factory_->clock(), end);
+                         factory_->clock(), end, pushback);
       outcome = d.outcome;
       event.status_class = d.status_class;
       event.decision = TraceDecision::kGiveUp;
@@ -411,7 +444,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           status->error_details());
     }
     SettleAttempt(method.gates(), /*charge=*/std::nullopt, event.status_class,
-                  outcome, /*server_said_stop=*/false);
+                  outcome, pushback.kind == Pushback::Kind::kStop,
+                  pushback.downstream_gave_up);
     RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
                      /*retrying=*/false);
     admission_.reset();
@@ -429,6 +463,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         },
         call_override_ ? call_override_->verbosity : std::nullopt);
     if (event.decision == TraceDecision::kGiveUp) {
+      ServerCalls::Get().Mark(server_link_, TravellingReason(event.reason, 1));
       factory_->ReportGiveUp(method, event, 1, key_, request_);
     }
   }
@@ -469,6 +504,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // The call's own policy, when it set one (written by the first batch).
   std::optional<CallOverride> call_override_;
   CorrelationIds correlation_;  // the caller's ids, for trace lines
+  // The server call this call is made for (server.h), if any.
+  ServerCallLink server_link_;
   // The caller's deadline on the monotonic clocks, read when the call
   // starts (CallerDeadline), for every later decision.
   CallDeadline caller_deadline_;

@@ -55,6 +55,15 @@ RPCGUARD_PRIVATE_MEMBER(CChannel, grpc::Channel, grpc_channel* const,
 }  // namespace
 #endif  // RPCGUARD_GRPC_1_51
 
+grpc_call* ParentCall(const grpc::ClientContext& caller) {
+#if RPCGUARD_GRPC_1_51
+  return caller.*Get(PropagateFrom());
+#else
+  (void)caller;
+  return nullptr;
+#endif
+}
+
 CallerSettings ReadCallerSettings(const grpc::ClientContext& caller) {
   CallerSettings s;
   s.census = caller.census_context();

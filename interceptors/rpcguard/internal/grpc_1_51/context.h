@@ -44,6 +44,10 @@ struct CallerSettings {
   struct census_context* census = nullptr;  // set_census_context
 };
 
+// The server call `caller` was made a child of (FromServerContext), or null;
+// always null on another gRPC. Cheaper than ReadCallerSettings: no copies.
+grpc_call* ParentCall(const grpc::ClientContext& caller);
+
 // Reads the settings of `caller`, the application's context.
 CallerSettings ReadCallerSettings(const grpc::ClientContext& caller);
 

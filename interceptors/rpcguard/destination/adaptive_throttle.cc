@@ -1,0 +1,90 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/destination/adaptive_throttle.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "rpcguard/destination/option_checks.h"
+
+namespace rpcguard {
+
+absl::Status AdaptiveThrottleOptions::Validate() const {
+  if (absl::Status s =
+          internal::CheckWindow("adaptiveThrottling", window, buckets);
+      !s.ok()) {
+    return s;
+  }
+  // Below 1 the throttle would refuse calls the server accepts.
+  if (!(k >= 1 && std::isfinite(k))) {
+    return internal::InvalidOption("adaptiveThrottling.k",
+                                   "must be a finite number, at least 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<AdaptiveThrottle>> AdaptiveThrottle::Create(
+    const AdaptiveThrottleOptions& options, Clock* clock, Random* random) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  return std::shared_ptr<AdaptiveThrottle>(
+      new AdaptiveThrottle(options, clock != nullptr ? clock : Clock::Real(),
+                           random != nullptr ? random : Random::Default()));
+}
+
+AdaptiveThrottle::AdaptiveThrottle(const AdaptiveThrottleOptions& options,
+                                   Clock* clock, Random* random)
+    : options_(options),
+      clock_(clock),
+      random_(random),
+      window_(options.window, options.buckets) {}
+
+void AdaptiveThrottle::Unsettle(absl::Time now) {
+  const int64_t until = absl::ToUnixNanos(now + options_.window);
+  int64_t seen = unsettled_until_.load(std::memory_order_relaxed);
+  while (seen < until && !unsettled_until_.compare_exchange_weak(
+                             seen, until, std::memory_order_relaxed)) {
+  }
+}
+
+double AdaptiveThrottle::Probability(absl::Time now) const {
+  const internal::SlidingWindow::Counts c = window_.Sum(now);
+  const double requests = static_cast<double>(c.a);
+  const double accepts = static_cast<double>(c.b);
+  return std::max(0.0, (requests - options_.k * accepts) / (requests + 1));
+}
+
+bool AdaptiveThrottle::Admit() {
+  const absl::Time now = clock_->MonotonicNow();
+  // Only accepts in the window: requests == accepts, so the probability is
+  // 0 for any k >= 1.
+  if (absl::ToUnixNanos(now) >=
+      unsettled_until_.load(std::memory_order_relaxed)) {
+    return true;
+  }
+  const double p = Probability(now);
+  if (p <= 0) return true;
+  // 53 random bits: a uniform double in [0, 1).
+  const double u = static_cast<double>(random_->Next64() >> 11) * 0x1.0p-53;
+  if (u >= p) return true;
+  window_.Add(now, 1, 0);
+  Unsettle(now);
+  return false;
+}
+
+void AdaptiveThrottle::RecordAnswer(bool overloaded) {
+  const absl::Time now = clock_->MonotonicNow();
+  window_.Add(now, 1, overloaded ? 0 : 1);
+  if (overloaded) Unsettle(now);
+}
+
+AdaptiveThrottleSnapshot AdaptiveThrottle::Snapshot() const {
+  const absl::Time now = clock_->MonotonicNow();
+  const internal::SlidingWindow::Counts c = window_.Sum(now);
+  AdaptiveThrottleSnapshot s;
+  s.requests = c.a;
+  s.accepts = c.b;
+  s.reject_probability = Probability(now);
+  return s;
+}
+
+}  // namespace rpcguard

@@ -1,0 +1,126 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/grpc/server_interceptor.h"
+
+#include <grpcpp/server_context.h>
+
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "rpcguard/channel.h"
+
+namespace rpcguard {
+namespace internal {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+using grpc::experimental::InterceptorBatchMethods;
+using grpc::experimental::ServerRpcInfo;
+
+absl::string_view View(const grpc::string_ref& s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+class ServerInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  ServerInterceptor(ServerRpcInfo* info,
+                    const ServerInterceptorSettings& settings)
+      : info_(info), settings_(settings) {}
+
+  ~ServerInterceptor() override {
+    // A call that ended without sending a status (cancelled).
+    if (call_ != nullptr) ServerCalls::Get().End(call_, serial_);
+  }
+
+  void Intercept(InterceptorBatchMethods* batch) override {
+    if (!begun_ && batch->QueryInterceptionHookPoint(
+                       InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      Begin(*batch->GetRecvInitialMetadata());
+    }
+    if (call_ != nullptr && batch->QueryInterceptionHookPoint(
+                                InterceptionHookPoints::PRE_SEND_STATUS)) {
+      OnSendStatus(batch);
+    }
+    batch->Proceed();
+  }
+
+ private:
+  void Begin(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+    begun_ = true;
+    grpc_call* call = info_->server_context()->c_call();
+    if (call == nullptr) return;
+    absl::string_view attempt, previous;
+    if (!md.empty()) {
+      auto a = md.find(kAttemptHeader);
+      if (a != md.end()) attempt = View(a->second);
+      auto p = md.find("grpc-previous-rpc-attempts");
+      if (p != md.end()) previous = View(p->second);
+    }
+    serial_ =
+        ServerCalls::Get().Begin(call, IsRepeatedAttempt(attempt, previous));
+    call_ = call;
+  }
+
+  void OnSendStatus(InterceptorBatchMethods* batch) {
+    grpc_call* call = call_;
+    call_ = nullptr;
+    const ReasonBits marked = ServerCalls::Get().Marked(call, serial_);
+    ServerCalls::Get().End(call, serial_);
+    if (settings_.edge || batch->GetSendStatus().ok()) return;
+    const ReasonBits travelling = marked & settings_.propagate;
+    if (travelling == 0) return;
+    // The first reason in the list's order names the failure.
+    int first = 0;
+    while ((travelling & (ReasonBits{1} << first)) == 0) ++first;
+    const GiveUpReason reason = static_cast<GiveUpReason>(first);
+    std::multimap<std::string, std::string>* trailers =
+        batch->GetSendTrailingMetadata();
+    // A pushback the handler set itself is its own answer.
+    if (trailers->find(kPushbackTrailer) == trailers->end()) {
+      trailers->emplace(kPushbackTrailer, "-1");
+    }
+    trailers->emplace(kGaveUpTrailer, std::string(GiveUpReasonName(reason)));
+    CountStopSent(reason);
+  }
+
+  ServerRpcInfo* const info_;
+  const ServerInterceptorSettings settings_;
+  bool begun_ = false;
+  // Set while the call is in ServerCalls.
+  grpc_call* call_ = nullptr;
+  uint64_t serial_ = 0;
+};
+
+class ServerInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ServerInterceptorFactory(const ServerInterceptorSettings& settings)
+      : settings_(settings) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      ServerRpcInfo* info) override {
+    return new ServerInterceptor(info, settings_);
+  }
+
+ private:
+  const ServerInterceptorSettings settings_;
+};
+
+}  // namespace
+
+bool IsRepeatedAttempt(absl::string_view attempt, absl::string_view previous) {
+  int n = 0;
+  if (!attempt.empty() && absl::SimpleAtoi(attempt, &n) && n >= 2) return true;
+  if (!previous.empty() && absl::SimpleAtoi(previous, &n) && n >= 1) {
+    return true;
+  }
+  return false;
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+NewServerInterceptorFactory(const ServerInterceptorSettings& settings) {
+  return std::make_unique<ServerInterceptorFactory>(settings);
+}
+
+}  // namespace internal
+}  // namespace rpcguard
