@@ -130,7 +130,7 @@ struct ResolvedPolicy {
 //     "streamBufferBytes": 262144,                 // a stream's replay buffer
 //     "channelStreamBufferBytes": 16777216,        // all streams' together
 //     "maxUndeclaredMethods": 2000,
-//     "adaptiveThrottling": {"k": 2, "window": "120s"}}
+//     "adaptiveThrottling": {"k": 2, "window": "120s", "minRequests": 20}}
 struct DestinationConfig {
   // Unset: the registry's defaults (BreakerOptions{}).
   std::optional<BreakerOptions> breaker;

@@ -189,6 +189,8 @@ constexpr JsonMemberRow<AdaptiveJson> kAdaptiveMembers[] = {
      DurationOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::window>},
     {"buckets",
      CountOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::buckets>},
+    {"minRequests",
+     CountOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::min_requests>},
 };
 
 // Both members are required (gRFC A6).

@@ -152,6 +152,16 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
        "from 0 to 1099511627776"},
       {R"({"rpcguard": {"channelStreamBufferBytes": null}})",
        "rpcguard.channelStreamBufferBytes: must be a number"},
+      {R"({"rpcguard": {"adaptiveThrottling": {"k": 0.5}}})",
+       "rpcguard.adaptiveThrottling.k: must be a finite number, at least 1"},
+      {R"({"rpcguard": {"adaptiveThrottling": {"k": "2"}}})",
+       "rpcguard.adaptiveThrottling.k: must be a number"},
+      {R"({"rpcguard": {"adaptiveThrottling": {"window": "0s"}}})",
+       "rpcguard.adaptiveThrottling.window: must be greater than 0"},
+      {R"({"rpcguard": {"adaptiveThrottling": {"kay": 2}}})",
+       "rpcguard.adaptiveThrottling.kay: unknown field"},
+      {R"({"rpcguard": {"adaptiveThrottling": false}})",
+       "rpcguard.adaptiveThrottling: must be an object"},
       {R"({"RPCGuard": {}})",
        "RPCGuard: unknown field (did you mean \"rpcguard\"?)"},
   };
@@ -161,6 +171,28 @@ TEST(DestinationConfigTest, BadSettingsNameTheirPath) {
         << c.json;
     EXPECT_EQ(config.status().message(), c.error) << c.json;
   }
+}
+
+TEST(DestinationConfigTest, AdaptiveThrottlingIsOnByDefaultAndSwitchable) {
+  absl::StatusOr<Config> c = Config::FromJson("{}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->destination().adaptive_throttle_enabled);
+  EXPECT_FALSE(c->destination().adaptive_throttle.has_value());
+  EXPECT_EQ(AdaptiveThrottleOptions().k, 2);
+  EXPECT_EQ(AdaptiveThrottleOptions().window, absl::Minutes(2));
+
+  c = Config::FromJson(R"({"rpcguard": {"adaptiveThrottling":
+      {"k": 1.5, "window": "60s", "buckets": 30}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->destination().adaptive_throttle.has_value());
+  EXPECT_EQ(c->destination().adaptive_throttle->k, 1.5);
+  EXPECT_EQ(c->destination().adaptive_throttle->window, absl::Seconds(60));
+  EXPECT_EQ(c->destination().adaptive_throttle->buckets, 30);
+
+  c = Config::FromJson(
+      R"({"rpcguard": {"adaptiveThrottling": {"enabled": false}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->destination().adaptive_throttle_enabled);
 }
 
 // gRPC C-core's and grpc-go's per-call retry buffer; grpc-java's

@@ -98,18 +98,14 @@ Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
   }
 
   d.action = Decision::Action::kGiveUp;
-  // A service below that gave up says so whether or not this call may
-  // repeat: the reason travels up through calls sent once too (server.h).
-  if (pushback.kind == Pushback::Kind::kStop && pushback.downstream_gave_up) {
-    d.reason = GiveUpReason::kDownstreamGaveUp;
+  // The server's "do not retry" names the give-up whether or not this call
+  // may repeat: it then travels up through calls sent once too (server.h).
+  if (pushback.kind == Pushback::Kind::kStop) {
+    d.reason = pushback.StopReason();
     return d;
   }
   if (!may_repeat_) {
     d.reason = GiveUpReason::kNotIdempotent;
-    return d;
-  }
-  if (pushback.kind == Pushback::Kind::kStop) {
-    d.reason = GiveUpReason::kPushbackStop;
     return d;
   }
   const bool wait =

@@ -20,6 +20,10 @@ absl::Status AdaptiveThrottleOptions::Validate() const {
     return internal::InvalidOption("adaptiveThrottling.k",
                                    "must be a finite number, at least 1");
   }
+  if (min_requests < 1) {
+    return internal::InvalidOption("adaptiveThrottling.minRequests",
+                                   "must be at least 1");
+  }
   return absl::OkStatus();
 }
 
@@ -48,19 +52,17 @@ void AdaptiveThrottle::Unsettle(absl::Time now) {
 
 double AdaptiveThrottle::Probability(absl::Time now) const {
   const internal::SlidingWindow::Counts c = window_.Sum(now);
+  if (c.a < options_.min_requests) return 0;
   const double requests = static_cast<double>(c.a);
   const double accepts = static_cast<double>(c.b);
   return std::max(0.0, (requests - options_.k * accepts) / (requests + 1));
 }
 
 bool AdaptiveThrottle::Admit() {
-  const absl::Time now = clock_->MonotonicNow();
   // Only accepts in the window: requests == accepts, so the probability is
   // 0 for any k >= 1.
-  if (absl::ToUnixNanos(now) >=
-      unsettled_until_.load(std::memory_order_relaxed)) {
-    return true;
-  }
+  if (Settled()) return true;
+  const absl::Time now = clock_->MonotonicNow();
   const double p = Probability(now);
   if (p <= 0) return true;
   // 53 random bits: a uniform double in [0, 1).
@@ -75,6 +77,11 @@ void AdaptiveThrottle::RecordAnswer(bool overloaded) {
   const absl::Time now = clock_->MonotonicNow();
   window_.Add(now, 1, overloaded ? 0 : 1);
   if (overloaded) Unsettle(now);
+}
+
+bool AdaptiveThrottle::Settled() const {
+  return absl::ToUnixNanos(clock_->MonotonicNow()) >=
+         unsettled_until_.load(std::memory_order_relaxed);
 }
 
 AdaptiveThrottleSnapshot AdaptiveThrottle::Snapshot() const {

@@ -53,13 +53,17 @@ struct AdaptiveThrottleOptions {
   absl::Duration window = absl::Minutes(2);
   // "buckets": the window moves a bucket at a time.
   int buckets = 60;
+  // "minRequests": nothing is refused while the window holds fewer
+  // requests; at least 1.
+  int min_requests = 20;
 
   // OK, or InvalidArgument naming the first bad field by its JSON name,
   // e.g. "adaptiveThrottling.k: must be a finite number, at least 1".
   absl::Status Validate() const;
 
   bool operator==(const AdaptiveThrottleOptions& o) const {
-    return k == o.k && window == o.window && buckets == o.buckets;
+    return k == o.k && window == o.window && buckets == o.buckets &&
+           min_requests == o.min_requests;
   }
   bool operator!=(const AdaptiveThrottleOptions& o) const {
     return !(*this == o);
@@ -94,6 +98,11 @@ class AdaptiveThrottle {
   void RecordAnswer(bool overloaded);
 
   AdaptiveThrottleSnapshot Snapshot() const;
+
+  // Whether the window holds nothing but accepts (no overload rejection or
+  // refusal): the throttle would refuse nothing, and one made afresh would
+  // decide the same until the next rejection. A registry may then forget it.
+  bool Settled() const;
   const AdaptiveThrottleOptions& options() const { return options_; }
 
  private:

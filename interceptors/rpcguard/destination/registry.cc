@@ -219,7 +219,7 @@ struct BreakerRegistry::State {
         return false;
       }
     }
-    if (entry.adaptive != nullptr && entry.adaptive->Snapshot().requests > 0) {
+    if (entry.adaptive != nullptr && !entry.adaptive->Settled()) {
       return false;
     }
     return true;

@@ -49,8 +49,10 @@ namespace rpcguard {
 //     the open time is over and the trip no longer lengthens the next one,
 //     so a fresh breaker knows as much. FORCED_OPEN and DISABLED are an
 //     operator's decision and are kept until Reset();
-//   - its budget has nothing counted in its window, nor its adaptive
-//     throttle.
+//   - its budget has nothing counted in its window;
+//   - its adaptive throttle has seen no overload rejection within its
+//     window (AdaptiveThrottle::Settled: counts of accepts alone decide
+//     nothing, so they are not worth keeping a destination for).
 //
 // An A6 throttle is forgotten with its entry whatever its token count, as
 // gRPC forgets its own with the channels that use it.
@@ -117,7 +119,7 @@ class BreakerRegistry {
   // The adaptive throttle (adaptive_throttle.h) for `key`, as GetBudget
   // does for budgets: created with `options` on first use; errors:
   // InvalidArgument from options.Validate(), FailedPrecondition when it
-  // exists with other options. Kept while its window counts anything.
+  // exists with other options.
   absl::StatusOr<std::shared_ptr<AdaptiveThrottle>> GetAdaptiveThrottle(
       absl::string_view key, const AdaptiveThrottleOptions& options);
 
