@@ -27,6 +27,7 @@
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/internal/grpc/server_calls.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/guarded_channel.h"
 
@@ -85,6 +86,18 @@ struct Behavior {
   // Calls the store's Nothing (sent once) instead of Level.
   bool call_nothing = false;
 };
+
+// Whether rpcguard reads the parent call of a FromServerContext child (gRPC
+// 1.51, fast paths compiled in). Without it only LinkToServerCall links: the
+// tests then link explicitly, but for the one that checks the difference.
+const bool kParentProbe = internal::ContextAccessKnowsThisGrpc();
+
+// The middle's usual behavior: FromServerContext where rpcguard can read it.
+Behavior Usual() {
+  Behavior b;
+  b.explicit_link = !kParentProbe;
+  return b;
+}
 
 std::unique_ptr<grpc::ClientContext> ChildOf(grpc::ServerContext* parent,
                                              const Behavior& b) {
@@ -351,7 +364,7 @@ TEST_P(FleetE2ETest, AGiveUpTravelsUpOnce) {
   const uint64_t before =
       ServerSignalsSnapshot()
           .stops_sent[static_cast<int>(GiveUpReason::kMaxAttempts)];
-  Chain chain(GetParam(), Behavior{});
+  Chain chain(GetParam(), Usual());
   const grpc::Status s = chain.Call();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   // Only the tier right above the store retried.
@@ -371,12 +384,24 @@ TEST_P(FleetE2ETest, AGiveUpTravelsUpOnce) {
 
 TEST_P(FleetE2ETest, WithoutTheServerInterceptorAttemptsMultiply) {
   // The same chain as today's rpcguard without the server side: 3 x 3.
-  Chain chain(GetParam(), Behavior{}, /*server_interceptor=*/false);
+  Chain chain(GetParam(), Usual(), /*server_interceptor=*/false);
   const grpc::Status s = chain.Call();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(chain.store.level_calls, 9);
   EXPECT_EQ(chain.middle_calls(), 3);
   EXPECT_EQ(chain.Trailer(kPushbackTrailer), "");
+}
+
+TEST_P(FleetE2ETest, FromServerContextAloneLinksOnGrpc151) {
+  // No LinkToServerCall: only rpcguard's read of the parent call links.
+  Behavior b;
+  b.explicit_link = false;
+  Chain chain(GetParam(), b);
+  EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
+  // Built for another gRPC (or with the fast paths compiled out), the
+  // parent is not known: the failure passes up as without rpcguard.
+  EXPECT_EQ(chain.store.level_calls, kParentProbe ? 3 : 9);
+  EXPECT_EQ(chain.Trailer(kGaveUpTrailer), kParentProbe ? "max_attempts" : "");
 }
 
 TEST_P(FleetE2ETest, AnExplicitLinkWorksWithoutTheParentProbe) {
@@ -391,7 +416,7 @@ TEST_P(FleetE2ETest, AnExplicitLinkWorksWithoutTheParentProbe) {
 }
 
 TEST_P(FleetE2ETest, AHandlerThatRecoveredSendsNothing) {
-  Behavior b;
+  Behavior b = Usual();
   b.fallback = true;
   Chain chain(GetParam(), b);
   EXPECT_TRUE(chain.Call().ok());
@@ -403,7 +428,7 @@ TEST_P(FleetE2ETest, AHandlerThatRecoveredSendsNothing) {
 TEST_P(FleetE2ETest, ACallSentOncePassesItsFailureUpAsBefore) {
   // The middle's outgoing call may not repeat: nothing was retried below,
   // so the front retries the middle as it would without rpcguard.
-  Behavior b;
+  Behavior b = Usual();
   b.call_nothing = true;
   Chain chain(GetParam(), b);
   EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -415,7 +440,7 @@ TEST_P(FleetE2ETest, ACallSentOncePassesItsFailureUpAsBefore) {
 TEST_P(FleetE2ETest, AStopFromBelowCrossesACallSentOnce) {
   // The store says "do not retry"; the middle's call was sent once
   // (undeclared), and its failure still tells the front not to retry.
-  Behavior b;
+  Behavior b = Usual();
   b.call_nothing = true;
   Chain chain(GetParam(), b);
   chain.store.answer = [](grpc::ServerContext* ctx) {
@@ -430,7 +455,7 @@ TEST_P(FleetE2ETest, AStopFromBelowCrossesACallSentOnce) {
 TEST_P(FleetE2ETest, AnEdgeServiceSendsNeitherTrailer) {
   ServerOptions edge;
   edge.edge = true;
-  Chain chain(GetParam(), Behavior{}, /*server_interceptor=*/true, edge);
+  Chain chain(GetParam(), Usual(), /*server_interceptor=*/true, edge);
   EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(chain.Trailer(kPushbackTrailer), "");
   EXPECT_EQ(chain.Trailer(kGaveUpTrailer), "");
@@ -441,7 +466,7 @@ TEST_P(FleetE2ETest, AnEdgeServiceSendsNeitherTrailer) {
 TEST_P(FleetE2ETest, WhichReasonsTravelIsTheServersChoice) {
   ServerOptions options;
   options.propagate = {GiveUpReason::kBreakerOpen};
-  Chain chain(GetParam(), Behavior{}, /*server_interceptor=*/true, options);
+  Chain chain(GetParam(), Usual(), /*server_interceptor=*/true, options);
   EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(chain.Trailer(kGaveUpTrailer), "");
   EXPECT_EQ(chain.store.level_calls, 9);
@@ -598,7 +623,7 @@ TEST_P(HedgeChainTest, ACallMadeForARetryDoesNotHedge) {
         o.breaker_registry = *BreakerRegistry::Create({});
       });
   auto store_stub = Plain::NewStub(channel);
-  SyncMiddle middle(store_stub.get(), Behavior{});
+  SyncMiddle middle(store_stub.get(), Usual());
   grpc::ServerBuilder mb;
   mb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                       &middle_port);
