@@ -1,0 +1,153 @@
+// Copyright rpcguard authors.
+//
+// What every process of the chain benchmark (//bench:chain) agrees on: the
+// clients compared, the faults injected at the store, the time buckets
+// every process counts in, and the line protocol the driver speaks with its
+// children over their stdin and stdout.
+//
+//   generator --(client)--> A --(client)--> B --(client)--> C (store)
+//
+// One binary, four roles (--role=): the driver (the default) forks and execs
+// the store, B, A and the generator for each run, so that every run starts
+// with fresh processes (no breaker, budget or token bucket carries over) and
+// the driver itself never creates a gRPC object.
+//
+// The protocol, one line each way:
+//   child  -> driver  "listening on 127.0.0.1:PORT" (servers) or "ready"
+//                     (the generator, once its channel is connected);
+//   driver -> child   "start T0" (T0: Unix nanoseconds, the run's time zero,
+//                     shared through CLOCK_REALTIME: every process is on one
+//                     machine);
+//   generator -> driver  "result {JSON}" once its last call has ended;
+//   driver -> server  "stop"; the server answers "counts N0 N1 ..." (the
+//                     attempts it received per bucket since T0) and exits.
+
+#ifndef RPCGUARD_BENCH_CHAIN_COMMON_H_
+#define RPCGUARD_BENCH_CHAIN_COMMON_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace rpcguard {
+namespace bench {
+namespace chain {
+
+// The client every tier uses to call the next one. The same at every tier
+// of a run.
+enum class Client {
+  kNone,           // a plain channel: one attempt
+  kNaive,          // a plain channel and an application loop: up to 3
+                   // attempts on UNAVAILABLE or RESOURCE_EXHAUSTED, no
+                   // backoff (what a hand-written retry usually is)
+  kGrpc,           // gRPC's retry: retryPolicy, 3 attempts, no throttling
+  kGrpcThrottled,  // the same plus retryThrottling {10, 0.1}
+  kRpcguard,       // rpcguard::CreateChannel, its defaults, same policy
+  kRpcguardFleet,  // the same plus rpcguard's server interceptor on A, B
+  kSingleTier,     // the generator calls C directly through rpcguard
+};
+
+inline constexpr Client kAllClients[] = {
+    Client::kNone,          Client::kNaive,    Client::kGrpc,
+    Client::kGrpcThrottled, Client::kRpcguard, Client::kRpcguardFleet,
+    Client::kSingleTier};
+
+// "none", "naive", "grpc", "grpc_throttled", "rpcguard", "rpcguard_fleet",
+// "single_tier".
+absl::string_view ClientName(Client client);
+absl::StatusOr<Client> ParseClient(absl::string_view name);
+
+// Whether this build has rpcguard's server interceptor
+// (interceptors/rpcguard/server.h) linked in; without it rpcguard_fleet is
+// refused.
+bool HaveFleet();
+
+// The faults at the store, each in a window in the middle of the run.
+enum class Scenario {
+  kOutage,      // every call fails UNAVAILABLE (the store answers; its
+                // listener stays up, so that every attempt is counted)
+  kFail60,      // 60% of calls fail UNAVAILABLE, drawn at random
+  kOverload2x,  // the store's capacity drops to half the offered load
+  kOverload4x,  // ... to a quarter
+  kBlip,        // 1 s of UNAVAILABLE (0.5 s with --quick)
+};
+
+inline constexpr Scenario kAllScenarios[] = {
+    Scenario::kOutage, Scenario::kFail60, Scenario::kOverload2x,
+    Scenario::kOverload4x, Scenario::kBlip};
+
+absl::string_view ScenarioName(Scenario scenario);
+absl::StatusOr<Scenario> ParseScenario(absl::string_view name);
+
+// Every series is counted in buckets of this length from T0.
+inline constexpr absl::Duration kBucket = absl::Milliseconds(100);
+inline constexpr int kBucketsPerSecond = 10;
+
+// When and how the store misbehaves, relative to T0.
+struct FaultPlan {
+  Scenario scenario = Scenario::kOutage;
+  absl::Duration start;
+  absl::Duration end;
+  // UNAVAILABLE for this share (0-100) of calls inside the window.
+  int fail_percent = 0;
+  // Overload: inside the window the store serves at most `max_concurrent`
+  // calls at once, each for `service_time`, and rejects the rest with
+  // RESOURCE_EXHAUSTED (capacity = max_concurrent / service_time). Zero:
+  // no limit. Outside the window every call is answered at once.
+  int max_concurrent = 0;
+  absl::Duration service_time;
+};
+
+// The plan of `scenario` for a run of `duration` at `rate` requests a
+// second: the window starts at a quarter of the run and lasts a third of
+// it (12 s: 3 s to 7 s), so that the run goes on for longer after the fault
+// than before it, to see recovery; the blip lasts `blip` from the same
+// start. Overload's capacity is rate / 2 or rate / 4, two
+// calls at once, each for 2 / capacity.
+FaultPlan MakeFaultPlan(Scenario scenario, absl::Duration duration, double rate,
+                        absl::Duration blip);
+
+// Attempts received per bucket since T0, by any thread. Attempts before T0
+// (the warm-up) are not counted; attempts past the last bucket count in it.
+class BucketCounter {
+ public:
+  explicit BucketCounter(int buckets);
+
+  void Start(absl::Time t0);
+  void Add(absl::Time now);
+  // Seconds since T0, or nullopt before Start.
+  std::optional<absl::Duration> SinceStart(absl::Time now) const;
+  std::vector<int64_t> Snapshot() const;
+
+ private:
+  // Written once by Start (the driver's "start" line), read by every
+  // handler: Unix nanoseconds, 0 before Start.
+  std::atomic<int64_t> t0_ns_{0};
+  std::unique_ptr<std::atomic<int64_t>[]> counts_;
+  int size_;
+};
+
+// The number of buckets a process counts: the run plus 30 s of drain.
+int BucketsFor(absl::Duration duration);
+
+// Reads one line from stdin (blocking), without the newline; nullopt at
+// EOF (the driver is gone).
+std::optional<std::string> ReadStdinLine();
+// Writes `line` and a newline to stdout and flushes.
+void WriteStdoutLine(absl::string_view line);
+
+// Parses "start T0"; nullopt when the line is not one.
+std::optional<absl::Time> ParseStart(absl::string_view line);
+
+}  // namespace chain
+}  // namespace bench
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_BENCH_CHAIN_COMMON_H_

@@ -1,0 +1,231 @@
+// Copyright rpcguard authors.
+
+#include "bench/chain_servers.h"
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "bench/chain_client.h"
+#include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
+
+#ifdef RPCGUARD_CHAIN_FLEET
+#include "rpcguard/server.h"
+#endif
+
+namespace rpcguard {
+namespace bench {
+namespace chain {
+namespace {
+
+using ::rpcguard::testing::v1::FaultReply;
+using ::rpcguard::testing::v1::FaultRequest;
+using ::rpcguard::testing::v1::FaultService;
+
+// Runs each task at its time on one thread of its own: the store's delayed
+// answers, which must not hold a gRPC thread for their service time.
+class DelayQueue {
+ public:
+  DelayQueue() : thread_([this] { Loop(); }) {}
+  // Never destroyed: the process ends with _exit.
+
+  void Add(absl::Time when, std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.emplace(when, std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (tasks_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const absl::Time first = tasks_.begin()->first;
+      if (absl::Now() < first) {
+        cv_.wait_until(lock, absl::ToChronoTime(first));
+        continue;
+      }
+      std::function<void()> task = std::move(tasks_.begin()->second);
+      tasks_.erase(tasks_.begin());
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<absl::Time, std::function<void()>> tasks_;  // guarded by mu_
+  std::thread thread_;
+};
+
+class StoreService final : public FaultService::CallbackService {
+ public:
+  explicit StoreService(const StoreOptions& options)
+      : plan_(options.plan), counter_(BucketsFor(options.duration)) {}
+
+  BucketCounter& counter() { return counter_; }
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const FaultRequest* request,
+                                FaultReply* reply) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    const absl::Time now = absl::Now();
+    counter_.Add(now);
+    const std::optional<absl::Duration> since = counter_.SinceStart(now);
+    const bool faulty =
+        since.has_value() && *since >= plan_.start && *since < plan_.end;
+    if (faulty && plan_.fail_percent > 0 &&
+        (plan_.fail_percent >= 100 || Percent() < plan_.fail_percent)) {
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "store: injected"));
+      return reactor;
+    }
+    reply->set_op_id(request->op_id());
+    if (faulty && plan_.max_concurrent > 0) {
+      // Admission by concurrency, as a server with a fixed number of
+      // workers and no queue sheds: the excess is rejected at once.
+      if (in_service_.fetch_add(1) >= plan_.max_concurrent) {
+        in_service_.fetch_sub(1);
+        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                     "store: over capacity"));
+        return reactor;
+      }
+      delays_.Add(now + plan_.service_time, [this, reactor] {
+        in_service_.fetch_sub(1);
+        reactor->Finish(grpc::Status::OK);
+      });
+      return reactor;
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  static int Percent() {
+    thread_local absl::BitGen gen;
+    return absl::Uniform(gen, 0, 100);
+  }
+
+  const FaultPlan plan_;
+  BucketCounter counter_;
+  // Calls being served (overload): taken by handlers, given back by the
+  // delay thread.
+  std::atomic<int> in_service_{0};
+  DelayQueue delays_;
+};
+
+class TierService final : public FaultService::CallbackService {
+ public:
+  TierService(const TierOptions& options, std::shared_ptr<grpc::Channel> next)
+      : counter_(BucketsFor(options.duration)),
+        caller_(options.client, std::move(next)) {}
+
+  BucketCounter& counter() { return counter_; }
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const FaultRequest* request,
+                                FaultReply* reply) override {
+    counter_.Add(absl::Now());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    caller_.Call(
+        request, reply,
+        [context] {
+          // The incoming call's deadline (and cancellation) for every
+          // attempt of the outgoing one.
+          return grpc::ClientContext::FromServerContext(*context);
+        },
+        [reactor](grpc::Status status) { reactor->Finish(std::move(status)); });
+    return reactor;
+  }
+
+ private:
+  BucketCounter counter_;
+  Caller caller_;
+};
+
+// Serves `service` on an ephemeral port, says where, then follows the
+// driver's lines until "stop". Never returns normally: the process ends
+// with _exit (see the header).
+int Serve(grpc::Service* service, BucketCounter& counter,
+          bool fleet_interceptor) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  if (fleet_interceptor) {
+#ifdef RPCGUARD_CHAIN_FLEET
+    const absl::Status added = rpcguard::AddServerInterceptor(&builder);
+    if (!added.ok()) {
+      std::fprintf(stderr, "chain: AddServerInterceptor: %s\n",
+                   added.ToString().c_str());
+      return 1;
+    }
+#else
+    std::fprintf(stderr, "chain: no server interceptor in this build\n");
+    return 1;
+#endif
+  }
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "chain: cannot listen\n");
+    return 1;
+  }
+  WriteStdoutLine(absl::StrCat("listening on 127.0.0.1:", port));
+  while (std::optional<std::string> line = ReadStdinLine()) {
+    if (std::optional<absl::Time> t0 = ParseStart(*line)) {
+      counter.Start(*t0);
+    } else if (*line == "stop") {
+      WriteStdoutLine(
+          absl::StrCat("counts ", absl::StrJoin(counter.Snapshot(), " ")));
+      _exit(0);
+    }
+  }
+  _exit(1);  // the driver is gone
+}
+
+}  // namespace
+
+int RunStore(const StoreOptions& options) {
+  auto* service = new StoreService(options);  // lives until _exit
+  return Serve(service, service->counter(), /*fleet_interceptor=*/false);
+}
+
+int RunTier(const TierOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> next =
+      MakeChannel(options.client, options.target);
+  if (!next.ok()) {
+    std::fprintf(stderr, "chain: tier channel: %s\n",
+                 next.status().ToString().c_str());
+    return 1;
+  }
+  auto* service = new TierService(options, *std::move(next));
+  return Serve(service, service->counter(),
+               options.client == Client::kRpcguardFleet);
+}
+
+}  // namespace chain
+}  // namespace bench
+}  // namespace rpcguard

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Smoke test of //bench:chain: one scenario, two clients, --quick; the four
+# processes of each run start and stop, the table has a row per client and
+# the JSON every figure and series.
+set -euo pipefail
+
+chain="$TEST_SRCDIR/rpcguard/bench/chain"
+out="${TEST_TMPDIR:-/tmp}"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+"$chain" --quick --scenarios=blip --clients=none,rpcguard \
+  --json="$out/chain.json" >"$out/chain.md" 2>"$out/chain.err" ||
+  fail "chain exited $? ($(cat "$out/chain.err"))"
+
+rows=$(grep -c '^| blip | ' "$out/chain.md" || true)
+[ "$rows" = 2 ] || fail "expected 2 table rows, got $rows"
+cells=$(grep -c '"scenario": "blip"' "$out/chain.json" || true)
+[ "$cells" = 2 ] || fail "expected 2 JSON cells, got $cells"
+for field in attempts_c_per_request attempts_c_per_request_fault \
+  attempts_c_worst_1s goodput_per_s success_ratio p50_ms p99_ms recovery_s \
+  fault_start_s fault_end_s offered_per_s '"series": {"t_s"' \
+  '"series_100ms": {"t_s"' '"attempts_c": [' '"attempts_a": [' '"ok": ['; do
+  n=$(grep -c -F "$field" "$out/chain.json" || true)
+  [ "$n" -ge 2 ] || fail "JSON field $field in $n cells, want 2"
+done
+grep -q '"client": "rpcguard"' "$out/chain.json" || fail "no rpcguard cell"
+# Without retries, one attempt reaches C per request (the warm-up is not
+# counted).
+grep -q '^| blip | none | 1.00 | 1.00 | 1.00 | ' "$out/chain.md" ||
+  fail "none: not exactly 1 attempt at C per request"
+
+# A bad flag is an error, before any process starts.
+if "$chain" --bogus >/dev/null 2>&1; then fail "--bogus accepted"; fi
+echo PASS
