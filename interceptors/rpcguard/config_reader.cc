@@ -191,6 +191,8 @@ constexpr JsonMemberRow<AdaptiveJson> kAdaptiveMembers[] = {
      CountOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::buckets>},
     {"minRequests",
      CountOf<AdaptiveThrottleOptions, &AdaptiveThrottleOptions::min_requests>},
+    {"burstRejections", CountOf<AdaptiveThrottleOptions,
+                                &AdaptiveThrottleOptions::burst_rejections>},
 };
 
 // Both members are required (gRFC A6).

@@ -198,8 +198,7 @@ class AsyncMiddle {
   };
   void Request() {
     auto* cd = new CallData;
-    service_.RequestLevel(&cd->ctx, &cd->request, &cd->responder, cq_, cq_,
-                          cd);
+    service_.RequestLevel(&cd->ctx, &cd->request, &cd->responder, cq_, cq_, cd);
   }
   void Loop() {
     Request();
@@ -507,8 +506,8 @@ class ShedTest : public ::testing::Test {
        "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s",
                        "maxBackoff": "0.05s", "backoffMultiplier": 2,
                        "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]})json");
-    return grpc::CreateCustomChannel(
-        target(), grpc::InsecureChannelCredentials(), args);
+    return grpc::CreateCustomChannel(target(),
+                                     grpc::InsecureChannelCredentials(), args);
   }
 
   Store store_;
@@ -571,8 +570,8 @@ TEST_F(ShedTest, ADelayIsSentAsPushbackAndRetryInfo) {
   };
   // What is on the wire, read by a plain channel.
   {
-    auto plain = Plain::NewStub(grpc::CreateChannel(
-        target(), grpc::InsecureChannelCredentials()));
+    auto plain = Plain::NewStub(
+        grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     Empty req, resp;
     const grpc::Status s = plain->Level(&ctx, req, &resp);
@@ -619,9 +618,8 @@ TEST_P(HedgeChainTest, ACallMadeForARetryDoesNotHedge) {
   sb.RegisterService(&store);
   auto store_server = sb.BuildAndStart();
   auto channel = *CreateGuardedChannel(
-      absl::StrCat("127.0.0.1:", store_port), kHedged, [](Options& o) {
-        o.breaker_registry = *BreakerRegistry::Create({});
-      });
+      absl::StrCat("127.0.0.1:", store_port), kHedged,
+      [](Options& o) { o.breaker_registry = *BreakerRegistry::Create({}); });
   auto store_stub = Plain::NewStub(channel);
   SyncMiddle middle(store_stub.get(), Usual());
   grpc::ServerBuilder mb;
@@ -633,9 +631,9 @@ TEST_P(HedgeChainTest, ACallMadeForARetryDoesNotHedge) {
 
   const uint64_t suppressed = ServerSignalsSnapshot().hedges_suppressed;
   // The caller's attempt number as rpcguard sends it, on a plain channel.
-  auto front = Plain::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", middle_port),
-      grpc::InsecureChannelCredentials()));
+  auto front = Plain::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", middle_port),
+                          grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.AddMetadata(kAttemptHeader, repeated ? "2" : "1");
   ctx.set_deadline(In(absl::Seconds(10)));

@@ -20,6 +20,10 @@ absl::Status AdaptiveThrottleOptions::Validate() const {
     return internal::InvalidOption("adaptiveThrottling.k",
                                    "must be a finite number, at least 1");
   }
+  if (burst_rejections < 1) {
+    return internal::InvalidOption("adaptiveThrottling.burstRejections",
+                                   "must be at least 1");
+  }
   if (min_requests < 1) {
     return internal::InvalidOption("adaptiveThrottling.minRequests",
                                    "must be at least 1");
@@ -40,7 +44,8 @@ AdaptiveThrottle::AdaptiveThrottle(const AdaptiveThrottleOptions& options,
     : options_(options),
       clock_(clock),
       random_(random),
-      window_(options.window, options.buckets) {}
+      window_(options.window, options.buckets),
+      burst_(absl::Seconds(1), 4) {}
 
 void AdaptiveThrottle::Unsettle(absl::Time now) {
   const int64_t until = absl::ToUnixNanos(now + options_.window);
@@ -76,7 +81,17 @@ bool AdaptiveThrottle::Admit() {
 void AdaptiveThrottle::RecordAnswer(bool overloaded) {
   const absl::Time now = clock_->MonotonicNow();
   window_.Add(now, 1, overloaded ? 0 : 1);
-  if (overloaded) Unsettle(now);
+  if (overloaded) {
+    Unsettle(now);
+    internal::MutexLock lock(&burst_mu_);
+    burst_.Add(now, 1, 0);
+  }
+}
+
+bool AdaptiveThrottle::RetryAfterRejectionAllowed() const {
+  const absl::Time now = clock_->MonotonicNow();
+  internal::MutexLock lock(&burst_mu_);
+  return burst_.Sum(now).a < options_.burst_rejections;
 }
 
 bool AdaptiveThrottle::Settled() const {

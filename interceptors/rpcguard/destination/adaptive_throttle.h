@@ -24,6 +24,14 @@
 // to them, never all calls). Both are shared per destination key in a
 // BreakerRegistry.
 //
+// The throttle's window is long, so it answers a sustained overload; a
+// short one (a few seconds) would be over before the window's accepts are
+// outweighed. For that, retries: a retry of an overload rejection is refused
+// while the destination has rejected `burstRejections` (5) or more calls as
+// overloaded within the last second (RetryAfterRejectionAllowed), as gRPC's
+// retryThrottling with its common 10 tokens stops after about 5 failures. A
+// lone rejection (a quota) is still retried.
+//
 // The no-failure path: while no overload rejection or refusal is in the
 // window, the probability is exactly 0 (requests == accepts), so Admit
 // reads one atomic and counts nothing; each answer adds to a striped
@@ -36,10 +44,12 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpcguard/clock.h"
+#include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/base/sliding_window.h"
 #include "rpcguard/random.h"
 
@@ -56,6 +66,9 @@ struct AdaptiveThrottleOptions {
   // "minRequests": nothing is refused while the window holds fewer
   // requests; at least 1.
   int min_requests = 20;
+  // "burstRejections": overload rejections within one second from which
+  // rejections are no longer retried; at least 1.
+  int burst_rejections = 5;
 
   // OK, or InvalidArgument naming the first bad field by its JSON name,
   // e.g. "adaptiveThrottling.k: must be a finite number, at least 1".
@@ -63,7 +76,8 @@ struct AdaptiveThrottleOptions {
 
   bool operator==(const AdaptiveThrottleOptions& o) const {
     return k == o.k && window == o.window && buckets == o.buckets &&
-           min_requests == o.min_requests;
+           min_requests == o.min_requests &&
+           burst_rejections == o.burst_rejections;
   }
   bool operator!=(const AdaptiveThrottleOptions& o) const {
     return !(*this == o);
@@ -97,6 +111,10 @@ class AdaptiveThrottle {
   // overload rejection. Not for attempts that never reached the server.
   void RecordAnswer(bool overloaded);
 
+  // Whether an overload rejection may be retried now: fewer than
+  // burstRejections of them in the last second.
+  bool RetryAfterRejectionAllowed() const;
+
   AdaptiveThrottleSnapshot Snapshot() const;
 
   // Whether the window holds nothing but accepts (no overload rejection or
@@ -120,6 +138,10 @@ class AdaptiveThrottle {
   // Until when (monotonic nanoseconds) the window may hold a rejection or a
   // refusal: before it, the probability may be above 0 and must be summed.
   std::atomic<int64_t> unsettled_until_{INT64_MIN};
+  // Overload rejections of the last second, in quarter-second buckets
+  // (a: rejections). Touched only when a rejection comes or is retried.
+  mutable internal::Mutex burst_mu_;
+  mutable internal::SlidingWindow burst_ ABSL_GUARDED_BY(burst_mu_);
 };
 
 }  // namespace rpcguard

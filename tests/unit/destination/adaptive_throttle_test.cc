@@ -145,7 +145,7 @@ TEST(AdaptiveThrottleTest, RefusedShareFollowsTheProbability) {
 
 TEST(AdaptiveThrottleTest, RefusesNothingBelowTheMinimumVolume) {
   FakeClock clock;
-  FixedRandom random(0.0);  // would refuse at any p > 0
+  FixedRandom random(0.0);             // would refuse at any p > 0
   auto t = Make({}, &clock, &random);  // minRequests 20
   // A fresh client's first rejections: nothing refused yet.
   for (int i = 0; i < 19; ++i) {
@@ -192,6 +192,49 @@ TEST(AdaptiveThrottleTest, RecoversAsTheServerAcceptsAgain) {
   EXPECT_EQ(t->Snapshot().reject_probability, 0);
 }
 
+TEST(AdaptiveThrottleTest, ABurstOfRejectionsIsNotRetried) {
+  FakeClock clock;
+  FixedRandom random(0.999);
+  auto t = Make({}, &clock, &random);  // burstRejections 5
+  // A lone rejection now and then (a quota) is retried.
+  for (int i = 0; i < 10; ++i) {
+    t->RecordAnswer(/*overloaded=*/true);
+    EXPECT_TRUE(t->RetryAfterRejectionAllowed()) << i;
+    clock.Advance(absl::Milliseconds(400));
+  }
+  clock.Advance(absl::Milliseconds(1500));  // the lone ones are forgotten
+  // Five within a second: the destination is shedding, retries stop.
+  for (int i = 0; i < 4; ++i) t->RecordAnswer(/*overloaded=*/true);
+  EXPECT_TRUE(t->RetryAfterRejectionAllowed());
+  t->RecordAnswer(/*overloaded=*/true);
+  EXPECT_FALSE(t->RetryAfterRejectionAllowed());
+  // A second later it is forgotten.
+  clock.Advance(absl::Milliseconds(1300));
+  EXPECT_TRUE(t->RetryAfterRejectionAllowed());
+}
+
+TEST(AdaptiveThrottleTest, TheGateVetoesRetriesOfABurstOnly) {
+  FakeClock clock;
+  FixedRandom random(0.999);
+  auto t = Make({}, &clock, &random);
+  DestinationGates gates;
+  gates.adaptive = t.get();
+  Decision retry;
+  retry.action = Decision::Action::kRetry;
+  retry.outcome.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+  for (int i = 0; i < 5; ++i) t->RecordAnswer(/*overloaded=*/true);
+  Decision d = GateRetry(retry, true, gates);
+  EXPECT_EQ(d.action, Decision::Action::kGiveUp);
+  EXPECT_EQ(d.reason, GiveUpReason::kThrottled);
+  // The server named a delay: it asked for the retry.
+  d = GateRetry(retry, true, gates, RetryCharge::kUpFront,
+                /*server_named_delay=*/true);
+  EXPECT_EQ(d.action, Decision::Action::kRetry);
+  // Another code is not an overload rejection.
+  retry.outcome.code = grpc::StatusCode::UNAVAILABLE;
+  EXPECT_EQ(GateRetry(retry, true, gates).action, Decision::Action::kRetry);
+}
+
 TEST(AdaptiveThrottleTest, BadOptionsNameTheField) {
   AdaptiveThrottleOptions o;
   o.k = 0.5;
@@ -206,6 +249,10 @@ TEST(AdaptiveThrottleTest, BadOptionsNameTheField) {
   EXPECT_NE(o.Validate().message().find("adaptiveThrottling.window"),
             absl::string_view::npos)
       << o.Validate();
+  o = AdaptiveThrottleOptions();
+  o.burst_rejections = 0;
+  EXPECT_EQ(o.Validate().message(),
+            "adaptiveThrottling.burstRejections: must be at least 1");
   o = AdaptiveThrottleOptions();
   o.min_requests = 0;
   EXPECT_EQ(o.Validate().message(),
@@ -240,8 +287,9 @@ class DownOrOverloadedTest : public ::testing::Test {
     AttemptOutcome outcome;
     outcome.code = code;
     outcome.not_sent = !reached;
-    const StatusClass c =
-        code == grpc::StatusCode::OK ? StatusClass::kOk : StatusClass::kRetriable;
+    const StatusClass c = code == grpc::StatusCode::OK
+                              ? StatusClass::kOk
+                              : StatusClass::kRetriable;
     SettleAttempt(gates_, std::nullopt, c, outcome, false);
     RecordAttemptEnd(gates_, start.admission, c, outcome, false);
     return GiveUpReason::kNone;
@@ -266,10 +314,9 @@ TEST_F(DownOrOverloadedTest, AnOverloadedServerIsThrottledNotBrokenOff) {
       accepted_this_second = 0;
     }
     const bool accept = accepted_this_second < 50;
-    const GiveUpReason r =
-        Call(accept ? grpc::StatusCode::OK
-                    : grpc::StatusCode::RESOURCE_EXHAUSTED,
-             /*reached=*/true);
+    const GiveUpReason r = Call(
+        accept ? grpc::StatusCode::OK : grpc::StatusCode::RESOURCE_EXHAUSTED,
+        /*reached=*/true);
     ASSERT_NE(r, GiveUpReason::kBreakerOpen) << "call " << i;
     const bool late = i >= 200 * 50;  // the last 10 s
     late_calls += late ? 1 : 0;

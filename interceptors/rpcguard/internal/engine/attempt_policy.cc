@@ -11,7 +11,8 @@ PolicyStep RetryAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
       controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
   const RetryCharge charge = RetryChargeFor(raw.outcome, facts.server_pushback);
   // The destination's veto comes after the call's own checks (retry_gate.h).
-  Decision d = GateRetry(raw, facts.throttle_allows, gates_, charge);
+  Decision d = GateRetry(raw, facts.throttle_allows, gates_, charge,
+                         facts.server_pushback);
   if (committed_ && (d.action == Decision::Action::kRetry ||
                      d.action == Decision::Action::kRefreshAuth)) {
     // What would have been retried is the call's end: the application has

@@ -81,7 +81,8 @@ void RecordDeferredFailure(const DestinationGates& dest,
 }
 
 Decision GateRetry(Decision d, bool throttle_allows,
-                   const DestinationGates& dest, RetryCharge charge) {
+                   const DestinationGates& dest, RetryCharge charge,
+                   bool server_named_delay) {
   if (d.action != Decision::Action::kRetry) return d;
   GiveUpReason veto = GiveUpReason::kNone;
   if (dest.breaker != nullptr &&
@@ -92,6 +93,10 @@ Decision GateRetry(Decision d, bool throttle_allows,
     veto = GiveUpReason::kBudgetExhausted;
   } else if (dest.budget != nullptr && !dest.budget->CanAcquireRetry(charge)) {
     veto = GiveUpReason::kBudgetExhausted;
+  } else if (dest.adaptive != nullptr && !server_named_delay &&
+             d.outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+             !dest.adaptive->RetryAfterRejectionAllowed()) {
+    veto = GiveUpReason::kThrottled;
   }
   if (veto != GiveUpReason::kNone) {
     d.action = Decision::Action::kGiveUp;

@@ -106,12 +106,15 @@ void RecordDeferredFailure(const DestinationGates& dest,
 
 // The controller's decision `d`, vetoed when the destination cannot take a
 // retry now: an open breaker (breaker_open), a throttle without tokens
-// (`throttle_allows`, from SettleAttempt) or a budget without allowance
-// for a retry paid as `charge` (budget_exhausted). Spends nothing.
-// Decisions other than kRetry pass unchanged.
+// (`throttle_allows`, from SettleAttempt), a budget without allowance
+// for a retry paid as `charge` (budget_exhausted), or an overload rejection
+// while the destination is rejecting a burst of calls (throttled; not when
+// the server named a delay, `server_named_delay`: it asked for the retry).
+// Spends nothing. Decisions other than kRetry pass unchanged.
 Decision GateRetry(Decision d, bool throttle_allows,
                    const DestinationGates& dest,
-                   RetryCharge charge = RetryCharge::kUpFront);
+                   RetryCharge charge = RetryCharge::kUpFront,
+                   bool server_named_delay = false);
 
 // What BeforeAttempt answers.
 struct AttemptStart {
