@@ -28,10 +28,14 @@ for field in attempts_c_per_request attempts_c_per_request_fault \
   [ "$n" -ge 2 ] || fail "JSON field $field in $n cells, want 2"
 done
 grep -q '"client": "rpcguard"' "$out/chain.json" || fail "no rpcguard cell"
-# Without retries, one attempt reaches C per request (the warm-up is not
-# counted).
-grep -q '^| blip | none | 1.00 | 1.00 | 1.00 | ' "$out/chain.md" ||
-  fail "none: not exactly 1 attempt at C per request"
+# Without retries, one attempt reaches C per request over the run (the
+# warm-up is not counted). Only the run's mean: a request sent at the end of
+# a second may reach C in the next, so a worst second can read 1.01 on a
+# busy machine; and under load a request may time out before it reaches C.
+mean=$(awk -F'|' '$2 ~ /blip/ && $3 ~ /none/ {gsub(/ /, "", $4); print $4}' \
+  "$out/chain.md")
+awk -v m="$mean" 'BEGIN { exit !(m >= 0.9 && m <= 1.01) }' ||
+  fail "none: $mean attempts at C per request, want 1 ($(cat "$out/chain.md"))"
 
 # A bad flag is an error, before any process starts.
 if "$chain" --bogus >/dev/null 2>&1; then fail "--bogus accepted"; fi
