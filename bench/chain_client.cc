@@ -41,11 +41,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     case Client::kGrpcThrottled:
       return MakeClientChannel(ClientKind::kGrpcRetryThrottled, target, retry);
     case Client::kRpcguardFleet:
+    case Client::kRpcguardFleetNoMax:
       if (!HaveFleet()) {
         // TODO(chain): drop this once //interceptors/rpcguard:server links
         // (see the RPCGUARD_CHAIN_FLEET note in bench/BUILD).
         return absl::UnimplementedError(
-            "rpcguard_fleet: this build has no rpcguard server interceptor "
+            "rpcguard_fleet*: this build has no rpcguard server interceptor "
             "(interceptors/rpcguard/server.h is not linked yet)");
       }
       return MakeClientChannel(ClientKind::kRpcguard, target, retry);

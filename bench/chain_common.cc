@@ -28,6 +28,8 @@ absl::string_view ClientName(Client client) {
       return "rpcguard";
     case Client::kRpcguardFleet:
       return "rpcguard_fleet";
+    case Client::kRpcguardFleetNoMax:
+      return "rpcguard_fleet_nomax";
     case Client::kSingleTier:
       return "single_tier";
   }
@@ -40,8 +42,8 @@ absl::StatusOr<Client> ParseClient(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown client \"", name,
-      "\" (want none, naive, grpc, grpc_throttled, rpcguard, rpcguard_fleet "
-      "or single_tier)"));
+      "\" (want none, naive, grpc, grpc_throttled, rpcguard, rpcguard_fleet, "
+      "rpcguard_fleet_nomax or single_tier)"));
 }
 
 absl::string_view ScenarioName(Scenario scenario) {

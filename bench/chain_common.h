@@ -20,7 +20,12 @@
 //                     machine);
 //   generator -> driver  "result {JSON}" once its last call has ended;
 //   driver -> server  "stop"; the server answers "counts N0 N1 ..." (the
-//                     attempts it received per bucket since T0) and exits.
+//                     attempts it received per bucket since T0); the store
+//                     then adds "max_per_request M" (the most attempts any
+//                     one generator request made at it) and exits.
+//
+// Every generator request names itself in `op_id` ("r<index>"); A and B pass
+// the request on as it came, so that the store counts each one's attempts.
 
 #ifndef RPCGUARD_BENCH_CHAIN_COMMON_H_
 #define RPCGUARD_BENCH_CHAIN_COMMON_H_
@@ -43,30 +48,43 @@ namespace chain {
 // The client every tier uses to call the next one. The same at every tier
 // of a run.
 enum class Client {
-  kNone,           // a plain channel: one attempt
-  kNaive,          // a plain channel and an application loop: up to 3
-                   // attempts on UNAVAILABLE or RESOURCE_EXHAUSTED, no
-                   // backoff (what a hand-written retry usually is)
-  kGrpc,           // gRPC's retry: retryPolicy, 3 attempts, no throttling
-  kGrpcThrottled,  // the same plus retryThrottling {10, 0.1}
-  kRpcguard,       // rpcguard::CreateChannel, its defaults, same policy
-  kRpcguardFleet,  // the same plus rpcguard's server interceptor on A, B
-  kSingleTier,     // the generator calls C directly through rpcguard
+  kNone,                // a plain channel: one attempt
+  kNaive,               // a plain channel and an application loop: up to 3
+                        // attempts on UNAVAILABLE or RESOURCE_EXHAUSTED, no
+                        // backoff (what a hand-written retry usually is)
+  kGrpc,                // gRPC's retry: retryPolicy, 3 attempts, no throttling
+  kGrpcThrottled,       // the same plus retryThrottling {10, 0.1}
+  kRpcguard,            // rpcguard::CreateChannel, its defaults, same policy
+  kRpcguardFleet,       // the same plus rpcguard's server interceptor on A, B
+  kRpcguardFleetNoMax,  // rpcguard_fleet, but a give-up by max_attempts
+                        // stays home (what the default's choice is
+                        // measured against)
+  kSingleTier,          // the generator calls C directly through rpcguard
 };
 
-inline constexpr Client kAllClients[] = {
-    Client::kNone,          Client::kNaive,    Client::kGrpc,
-    Client::kGrpcThrottled, Client::kRpcguard, Client::kRpcguardFleet,
-    Client::kSingleTier};
+inline constexpr Client kAllClients[] = {Client::kNone,
+                                         Client::kNaive,
+                                         Client::kGrpc,
+                                         Client::kGrpcThrottled,
+                                         Client::kRpcguard,
+                                         Client::kRpcguardFleet,
+                                         Client::kRpcguardFleetNoMax,
+                                         Client::kSingleTier};
+
+// Whether A and B run rpcguard's server interceptor.
+inline bool IsFleet(Client client) {
+  return client == Client::kRpcguardFleet ||
+         client == Client::kRpcguardFleetNoMax;
+}
 
 // "none", "naive", "grpc", "grpc_throttled", "rpcguard", "rpcguard_fleet",
-// "single_tier".
+// "rpcguard_fleet_nomax", "single_tier".
 absl::string_view ClientName(Client client);
 absl::StatusOr<Client> ParseClient(absl::string_view name);
 
 // Whether this build has rpcguard's server interceptor
-// (interceptors/rpcguard/server.h) linked in; without it rpcguard_fleet is
-// refused.
+// (interceptors/rpcguard/server.h) linked in; without it the fleet clients
+// are refused.
 bool HaveFleet();
 
 // The faults at the store, each in a window in the middle of the run.

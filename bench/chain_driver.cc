@@ -198,6 +198,7 @@ struct Figures {
   double c_per_request = 0;
   double c_per_request_fault = 0;
   double c_worst_1s = 0;
+  double c_max_per_request = 0;  // the most attempts of any one request
   double goodput = 0;
   double success = 0;
   double p50_ms = 0;
@@ -215,6 +216,7 @@ constexpr FigureField kFigureFields[] = {
     {"attempts_c_per_request", &Figures::c_per_request},
     {"attempts_c_per_request_fault", &Figures::c_per_request_fault},
     {"attempts_c_worst_1s", &Figures::c_worst_1s},
+    {"attempts_c_max_per_request", &Figures::c_max_per_request},
     {"goodput_per_s", &Figures::goodput},
     {"success_ratio", &Figures::success},
     {"p50_ms", &Figures::p50_ms},
@@ -338,11 +340,21 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
         absl::StrCat("generator said \"", *result, "\""));
   }
   std::vector<std::vector<double>> counts;
+  double max_per_request = 0;
   for (Child* child : servers) {
     if (absl::Status s = child->WriteLine("stop"); !s.ok()) return s;
     absl::StatusOr<std::string> line = child->ReadLine(absl::Seconds(10));
     if (!line.ok()) return line.status();
     counts.push_back(ParseCounts(*line));
+    if (child == servers.front()) {  // the store
+      absl::StatusOr<std::string> max = child->ReadLine(absl::Seconds(10));
+      if (!max.ok()) return max.status();
+      absl::string_view value = *max;
+      if (!absl::ConsumePrefix(&value, "max_per_request ") ||
+          !absl::SimpleAtod(value, &max_per_request)) {
+        return absl::InternalError(absl::StrCat("store said \"", *max, "\""));
+      }
+    }
   }
 
   // The series up to 2 s past the run (the last calls' retries).
@@ -376,6 +388,7 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
   run.figures.p50_ms = Number(json, "p50_ms").value_or(0);
   run.figures.p99_ms = Number(json, "p99_ms").value_or(0);
   run.figures.ok_p99_ms = Number(json, "ok_p99_ms").value_or(0);
+  run.figures.c_max_per_request = max_per_request;
   return run;
 }
 
@@ -493,28 +506,38 @@ std::string ReportJson(const DriverOptions& options,
   return out;
 }
 
+// The largest value of `field` over a cell's runs.
+double WorstRun(const Cell& cell, double Figures::*field) {
+  double worst = 0;
+  for (const Run& run : cell.runs) worst = std::max(worst, run.figures.*field);
+  return worst;
+}
+
 void PrintTable(const DriverOptions& options, const std::vector<Cell>& cells) {
   std::printf(
       "\nchain: generator -> A -> B -> C, %.0f req/s for %.0f s, deadline "
-      "%lld ms, median of %d run(s)\n\n",
+      "%lld ms, median of %d run(s) (\"most for one req\": the median of "
+      "the runs' maxima, and in brackets the largest of any run)\n\n",
       options.rate, absl::ToDoubleSeconds(options.duration),
       static_cast<long long>(absl::ToInt64Milliseconds(options.deadline)),
       options.runs);
   std::printf(
       "| scenario | client | C att/req | C att/req (fault) | C att/req "
-      "(worst 1 s) | goodput/s | success | p50 ms | p99 ms | recovery s |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "(worst 1 s) | C att, most for one req | goodput/s | success | p50 ms "
+      "| p99 ms | recovery s |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Cell& cell : cells) {
     const Figures& f = cell.median;
     const std::string recovery = std::isnan(f.recovery_s)
                                      ? "never"
                                      : absl::StrFormat("%.1f", f.recovery_s);
     std::printf(
-        "| %s | %s | %.2f | %.2f | %.2f | %.1f | %.1f%% | %.1f | %.1f | %s "
-        "|\n",
+        "| %s | %s | %.2f | %.2f | %.2f | %.0f (%.0f) | %.1f | %.1f%% | %.1f "
+        "| %.1f | %s |\n",
         std::string(ScenarioName(cell.scenario)).c_str(),
         std::string(ClientName(cell.client)).c_str(), f.c_per_request,
-        f.c_per_request_fault, f.c_worst_1s, f.goodput, 100 * f.success,
+        f.c_per_request_fault, f.c_worst_1s, f.c_max_per_request,
+        WorstRun(cell, &Figures::c_max_per_request), f.goodput, 100 * f.success,
         f.p50_ms, f.p99_ms, recovery.c_str());
   }
   std::fflush(stdout);

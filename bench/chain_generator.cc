@@ -61,7 +61,7 @@ int RunGenerator(const GeneratorOptions& options) {
   }
   Caller caller(options.client, *channel);
   FaultRequest request;
-  request.set_op_id("chain");
+  request.set_op_id("warm-up");
 
   // Warm-up: every hop's connection up before T0 (the servers do not count
   // these attempts).
@@ -92,6 +92,9 @@ int RunGenerator(const GeneratorOptions& options) {
       static_cast<int>(options.rate * absl::ToDoubleSeconds(options.duration));
   std::vector<Outcome> outcomes(n);
   std::vector<FaultReply> replies(n);
+  // Each request names itself, for the store's per-request counts.
+  std::vector<FaultRequest> requests(n);
+  for (int i = 0; i < n; ++i) requests[i].set_op_id(absl::StrCat("r", i));
   absl::BlockingCounter pending(n);
   for (int i = 0; i < n; ++i) {
     const absl::Time due = *t0 + absl::Seconds(i / options.rate);
@@ -100,7 +103,7 @@ int RunGenerator(const GeneratorOptions& options) {
     const absl::Time deadline = absl::Now() + options.deadline;
     const absl::Time start = *t0;
     caller.Call(
-        &request, &replies[i],
+        &requests[i], &replies[i],
         [deadline] {
           auto context = std::make_unique<grpc::ClientContext>();
           context->set_deadline(absl::ToChronoTime(deadline));

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -43,8 +44,9 @@ for the retrying ones.
 Flags:
   --scenarios=A,B   outage, fail60, overload2x, overload4x, blip (default all)
   --clients=A,B     none, naive, grpc, grpc_throttled, rpcguard,
-                    rpcguard_fleet, single_tier (default all this build has:
-                    rpcguard_fleet needs rpcguard's server interceptor)
+                    rpcguard_fleet, rpcguard_fleet_nomax, single_tier
+                    (default all this build has: the fleet clients need
+                    rpcguard's server interceptor)
   --rate=N          requests a second from the generator (default 200; 100
                     with --quick)
   --duration=S      seconds of load per run (default 12; 4 with --quick);
@@ -136,6 +138,8 @@ int Main(int argc, char** argv) {
     options.plan = MakeFaultPlan(*scenario, duration, flags.rate,
                                  absl::Milliseconds(flags.blip_ms));
     options.duration = duration;
+    options.requests =
+        static_cast<int>(flags.rate * absl::ToDoubleSeconds(duration));
     return RunStore(options);
   }
   if (flags.role == "tier" || flags.role == "generator") {
@@ -170,10 +174,11 @@ int Main(int argc, char** argv) {
   }
   if (flags.clients.empty()) {
     for (Client client : kAllClients) {
-      if (client == Client::kRpcguardFleet && !HaveFleet()) {
+      if (IsFleet(client) && !HaveFleet()) {
         std::fprintf(stderr,
-                     "chain: rpcguard_fleet left out: no server interceptor "
-                     "in this build\n");
+                     "chain: %s left out: no server interceptor in this "
+                     "build\n",
+                     std::string(ClientName(client)).c_str());
         continue;
       }
       options.clients.push_back(client);
@@ -182,8 +187,9 @@ int Main(int argc, char** argv) {
     for (absl::string_view name : absl::StrSplit(flags.clients, ',')) {
       absl::StatusOr<Client> client = ParseClient(name);
       if (!client.ok()) return Fail(client.status().ToString());
-      if (*client == Client::kRpcguardFleet && !HaveFleet()) {
-        return Fail("rpcguard_fleet: no server interceptor in this build");
+      if (IsFleet(*client) && !HaveFleet()) {
+        return Fail(absl::StrCat(ClientName(*client),
+                                 ": no server interceptor in this build"));
       }
       options.clients.push_back(*client);
     }

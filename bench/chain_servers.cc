@@ -8,6 +8,7 @@
 #include <grpcpp/server_context.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -19,8 +20,10 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/chain_client.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
@@ -83,9 +86,23 @@ class DelayQueue {
 class StoreService final : public FaultService::CallbackService {
  public:
   explicit StoreService(const StoreOptions& options)
-      : plan_(options.plan), counter_(BucketsFor(options.duration)) {}
+      : plan_(options.plan),
+        counter_(BucketsFor(options.duration)),
+        per_request_size_(std::max(0, options.requests)),
+        per_request_(new std::atomic<int>[per_request_size_]) {
+    for (int i = 0; i < per_request_size_; ++i) per_request_[i] = 0;
+  }
 
   BucketCounter& counter() { return counter_; }
+
+  // The most attempts one generator request made here.
+  int MaxPerRequest() const {
+    int max = 0;
+    for (int i = 0; i < per_request_size_; ++i) {
+      max = std::max(max, per_request_[i].load());
+    }
+    return max;
+  }
 
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
                                 const FaultRequest* request,
@@ -93,6 +110,7 @@ class StoreService final : public FaultService::CallbackService {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     const absl::Time now = absl::Now();
     counter_.Add(now);
+    CountRequest(request->op_id());
     const std::optional<absl::Duration> since = counter_.SinceStart(now);
     const bool faulty =
         since.has_value() && *since >= plan_.start && *since < plan_.end;
@@ -123,6 +141,17 @@ class StoreService final : public FaultService::CallbackService {
   }
 
  private:
+  // "r<index>" within the run's requests; anything else (the warm-up) is
+  // not counted.
+  void CountRequest(absl::string_view op_id) {
+    int index;
+    if (!absl::ConsumePrefix(&op_id, "r") || !absl::SimpleAtoi(op_id, &index) ||
+        index < 0 || index >= per_request_size_) {
+      return;
+    }
+    per_request_[index].fetch_add(1, std::memory_order_relaxed);
+  }
+
   static int Percent() {
     thread_local absl::BitGen gen;
     return absl::Uniform(gen, 0, 100);
@@ -130,6 +159,8 @@ class StoreService final : public FaultService::CallbackService {
 
   const FaultPlan plan_;
   BucketCounter counter_;
+  const int per_request_size_;
+  std::unique_ptr<std::atomic<int>[]> per_request_;
   // Calls being served (overload): taken by handlers, given back by the
   // delay thread.
   std::atomic<int> in_service_{0};
@@ -168,16 +199,24 @@ class TierService final : public FaultService::CallbackService {
 // Serves `service` on an ephemeral port, says where, then follows the
 // driver's lines until "stop". Never returns normally: the process ends
 // with _exit (see the header).
-int Serve(grpc::Service* service, BucketCounter& counter,
-          bool fleet_interceptor) {
+// `store` (when given) adds its per-request maximum after the counts.
+int Serve(grpc::Service* service, BucketCounter& counter, Client client,
+          const StoreService* store) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(service);
-  if (fleet_interceptor) {
+  if (IsFleet(client)) {
 #ifdef RPCGUARD_CHAIN_FLEET
-    const absl::Status added = rpcguard::AddServerInterceptor(&builder);
+    rpcguard::ServerOptions fleet;
+    if (client == Client::kRpcguardFleetNoMax) {
+      fleet.propagate.erase(
+          std::remove(fleet.propagate.begin(), fleet.propagate.end(),
+                      rpcguard::GiveUpReason::kMaxAttempts),
+          fleet.propagate.end());
+    }
+    const absl::Status added = rpcguard::AddServerInterceptor(&builder, fleet);
     if (!added.ok()) {
       std::fprintf(stderr, "chain: AddServerInterceptor: %s\n",
                    added.ToString().c_str());
@@ -200,6 +239,10 @@ int Serve(grpc::Service* service, BucketCounter& counter,
     } else if (*line == "stop") {
       WriteStdoutLine(
           absl::StrCat("counts ", absl::StrJoin(counter.Snapshot(), " ")));
+      if (store != nullptr) {
+        WriteStdoutLine(
+            absl::StrCat("max_per_request ", store->MaxPerRequest()));
+      }
       _exit(0);
     }
   }
@@ -210,7 +253,7 @@ int Serve(grpc::Service* service, BucketCounter& counter,
 
 int RunStore(const StoreOptions& options) {
   auto* service = new StoreService(options);  // lives until _exit
-  return Serve(service, service->counter(), /*fleet_interceptor=*/false);
+  return Serve(service, service->counter(), Client::kNone, service);
 }
 
 int RunTier(const TierOptions& options) {
@@ -222,8 +265,8 @@ int RunTier(const TierOptions& options) {
     return 1;
   }
   auto* service = new TierService(options, *std::move(next));
-  return Serve(service, service->counter(),
-               options.client == Client::kRpcguardFleet);
+  return Serve(service, service->counter(), options.client,
+               /*store=*/nullptr);
 }
 
 }  // namespace chain

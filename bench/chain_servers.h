@@ -32,6 +32,9 @@ namespace chain {
 struct StoreOptions {
   FaultPlan plan;
   absl::Duration duration;  // the run's, to size the counters
+  // Generator requests in the run ("r0" .. "r<requests - 1>"): the per-
+  // request counts are this many, whatever op_id a caller sends.
+  int requests = 0;
 };
 
 struct TierOptions {

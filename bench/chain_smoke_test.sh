@@ -21,7 +21,7 @@ rows=$(grep -c '^| blip | ' "$out/chain.md" || true)
 cells=$(grep -c '"scenario": "blip"' "$out/chain.json" || true)
 [ "$cells" = 2 ] || fail "expected 2 JSON cells, got $cells"
 for field in attempts_c_per_request attempts_c_per_request_fault \
-  attempts_c_worst_1s goodput_per_s success_ratio p50_ms p99_ms recovery_s \
+  attempts_c_worst_1s attempts_c_max_per_request goodput_per_s success_ratio p50_ms p99_ms recovery_s \
   fault_start_s fault_end_s offered_per_s '"series": {"t_s"' \
   '"series_100ms": {"t_s"' '"attempts_c": [' '"attempts_a": [' '"ok": ['; do
   n=$(grep -c -F "$field" "$out/chain.json" || true)
@@ -36,6 +36,11 @@ mean=$(awk -F'|' '$2 ~ /blip/ && $3 ~ /none/ {gsub(/ /, "", $4); print $4}' \
   "$out/chain.md")
 awk -v m="$mean" 'BEGIN { exit !(m >= 0.9 && m <= 1.01) }' ||
   fail "none: $mean attempts at C per request, want 1 ($(cat "$out/chain.md"))"
+# The store counts each request's attempts: without retries, none made more
+# than one.
+most=$(awk -F'|' '$2 ~ /blip/ && $3 ~ /none/ {gsub(/ /, "", $7); print $7}' \
+  "$out/chain.md")
+[ "$most" = "1(1)" ] || fail "none: most attempts for one request $most, want 1"
 
 # A bad flag is an error, before any process starts.
 if "$chain" --bogus >/dev/null 2>&1; then fail "--bogus accepted"; fi
