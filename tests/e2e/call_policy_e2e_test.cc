@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -280,6 +281,27 @@ TEST_P(CallPolicyE2ETest, BadOverrideFailsBeforeTheServerSeesAnything) {
   EXPECT_EQ(s.error_message(),
             "rpcguard: bad call policy: CallPolicy.max_attempts: not an "
             "integer: \"lots\"");
+  // Enum fields cast from integers outside their enums: SetCallPolicy says
+  // so, and the call fails naming the field (a jitter of 42 used to run, as
+  // FULL, and a trace verbosity of 42 passed SetCallPolicy).
+  CallPolicy jitter;
+  jitter.jitter = static_cast<Jitter>(42);
+  CallPolicy verbosity;
+  verbosity.trace_verbosity = static_cast<TraceVerbosity>(42);
+  for (const auto& [bad, field] :
+       {std::pair<const CallPolicy*, const char*>{&jitter, "CallPolicy.jitter"},
+        {&verbosity, "CallPolicy.trace_verbosity"}}) {
+    grpc::ClientContext enum_ctx;
+    const absl::Status enum_set = SetCallPolicy(&enum_ctx, *bad);
+    EXPECT_TRUE(absl::StartsWith(enum_set.message(), field))
+        << enum_set.message();
+    s = StartCall(GetParam(), stub_.get(), Method::kGet, &enum_ctx, req,
+                  &reply)
+            ->Wait();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), field))
+        << s.error_message();
+  }
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
 }
 

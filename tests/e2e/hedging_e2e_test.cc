@@ -373,6 +373,48 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
   EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
 }
 
+// gRFC A66 counts a cancelled attempt as ended: the copy cancelled when the
+// hedge won is counted in rpcguard_attempts_total (as CANCELLED) and in the
+// attempt duration, so that started minus ended returns to zero. Before,
+// it was counted started and never ended. Its end comes after the call's
+// (the cancel is asynchronous), so the snapshot is read until it is there.
+TEST(HedgingStatsTest, CancelledCopyIsAnAttemptThatEnded) {
+  FaultServer server;
+  const auto stats = std::make_shared<Stats>();
+  auto channel =
+      CreateGuardedChannel(server.address(), kConfig, [&](Options& options) {
+        options.breaker_registry = *BreakerRegistry::Create({});
+        options.stats = stats;
+      });
+  ASSERT_TRUE(channel.ok());
+  auto stub = FaultService::NewStub(*channel);
+  FaultRequest req;
+  req.set_op_id("stats-cancelled-copy");
+  req.set_slow_first_ms(2000);
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  MethodStatsSnapshot m;
+  while (true) {
+    const StatsSnapshot snap = stats->Snapshot();
+    const MethodStatsSnapshot* found =
+        snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
+    ASSERT_NE(found, nullptr);
+    m = *found;
+    if (m.attempts >= 2 || absl::Now() > give_up) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(m.attempts_started, 2u);
+  EXPECT_EQ(m.attempts, 2u);
+  EXPECT_EQ(m.attempts_by_code[static_cast<int>(grpc::StatusCode::OK)], 1u);
+  EXPECT_EQ(m.attempts_by_code[static_cast<int>(grpc::StatusCode::CANCELLED)],
+            1u);
+  EXPECT_EQ(m.attempt_duration.count, 2u);
+  EXPECT_EQ(m.calls, 1u);
+}
+
 // The trace of a hedged call: the hedge sent after the delay is a line
 // (event=hedge), and the call's end names the copy that won and the one it
 // cancelled; the stats count one call. Then a copy that fails at once: a

@@ -20,7 +20,7 @@ absl::string_view JitterName(Jitter j) {
     case Jitter::kDecorrelated:
       return "DECORRELATED";
   }
-  return "FULL";
+  return "";
 }
 
 absl::StatusOr<Jitter> ParseJitter(absl::string_view text) {

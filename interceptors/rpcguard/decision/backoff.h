@@ -26,7 +26,8 @@ enum class Jitter {
   kDecorrelated,
 };
 
-// Returns "FULL", "A6" or "DECORRELATED".
+// Returns "FULL", "A6" or "DECORRELATED"; "" for a value outside the enum
+// (a cast from an integer), which ValidateCallPolicy refuses.
 absl::string_view JitterName(Jitter j);
 // Parses the names above (any case). InvalidArgument otherwise.
 absl::StatusOr<Jitter> ParseJitter(absl::string_view text);

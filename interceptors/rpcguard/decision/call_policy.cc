@@ -54,6 +54,20 @@ absl::Status ValidateCallPolicy(const CallPolicy& call) {
     why = CheckMultiplier(*call.backoff_multiplier);
     if (!why.empty()) return Bad("backoff_multiplier", why);
   }
+  // A value cast from an integer outside the enum: refused, not read as
+  // the default.
+  if (call.jitter && JitterName(*call.jitter).empty()) {
+    return Bad("jitter",
+               absl::StrCat("must be FULL, A6 or DECORRELATED, not ",
+                            static_cast<int>(*call.jitter)));
+  }
+  if (call.trace_verbosity) {
+    const int v = static_cast<int>(*call.trace_verbosity);
+    if (v < 0 || v >= kNumTraceVerbosities) {
+      return Bad("trace_verbosity",
+                 absl::StrCat("must be OFF, GIVE_UPS, RETRIES or ALL, not ", v));
+    }
+  }
   if (call.hedging == true && call.max_attempts == 1) {
     return Bad("hedging", "cannot be on with max_attempts 1");
   }

@@ -34,6 +34,9 @@ namespace rpcguard {
 // hands it to ShouldTrace. (An opaque declaration: the compiler checks that
 // it matches trace.h's wherever both are seen.)
 enum class TraceVerbosity;
+// The number of TraceVerbosity values (0 .. kNumTraceVerbosities - 1), for
+// ValidateCallPolicy; trace.cc asserts that it matches the enum.
+inline constexpr int kNumTraceVerbosities = 4;
 
 // One call's override of its method's policy. Every field is optional; an
 // unset field keeps the method's value.
@@ -65,8 +68,9 @@ struct CallPolicy {
 // The path errors name fields under: "CallPolicy.max_attempts: ...".
 inline constexpr char kCallPolicyPath[] = "CallPolicy";
 
-// Checks what can be checked of `call` alone (each field's range, and
-// max_backoff >= initial_backoff when both are set), with the rules every
+// Checks what can be checked of `call` alone (each field's range, an enum
+// field inside its enum, and max_backoff >= initial_backoff when both are
+// set), with the rules every
 // source of policy uses (policy.h). OK, or InvalidArgument naming the first
 // bad field, e.g. "CallPolicy.max_attempts: must be at most 10".
 absl::Status ValidateCallPolicy(const CallPolicy& call);

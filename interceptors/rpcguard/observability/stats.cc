@@ -201,6 +201,14 @@ Stats::MethodHandle* Stats::ForMethod(absl::string_view method,
 void Stats::RecordCallStarted(MethodHandle* h) { Add(h->calls_started); }
 void Stats::RecordAttemptStarted(MethodHandle* h) { Add(h->attempts_started); }
 
+void Stats::RecordAttemptEnded(MethodHandle* h, grpc::StatusCode code,
+                               absl::Duration duration) {
+  Add(h->attempts);
+  Add(h->attempts_by_code[CodeIndex(code)]);
+  Add(h->attempt_duration[BucketOf(duration, kDurationBucketsSeconds)]);
+  Add(h->attempt_duration_ns, NonNegativeNanos(duration));
+}
+
 void Stats::WatchBudget(absl::string_view key,
                         std::weak_ptr<RetryBudget> budget) {
   absl::MutexLock lock(&mu_);

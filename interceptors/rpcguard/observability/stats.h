@@ -49,6 +49,8 @@
 #ifndef RPCGUARD_OBSERVABILITY_STATS_H_
 #define RPCGUARD_OBSERVABILITY_STATS_H_
 
+#include <grpcpp/support/status_code_enum.h>
+
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -239,6 +241,12 @@ class Stats {
   // Counts a call, or an attempt, that starts. Lock-free.
   static void RecordCallStarted(MethodHandle* handle);
   static void RecordAttemptStarted(MethodHandle* handle);
+  // Counts an attempt that ended after its call did (a hedged copy
+  // cancelled as a loser, an attempt outrun by the deadline): it writes no
+  // trace event, yet gRFC A66 counts it as ended, with its code and
+  // duration. Lock-free.
+  static void RecordAttemptEnded(MethodHandle* handle, grpc::StatusCode code,
+                                 absl::Duration duration);
 
   // Reports `budget`'s state under `key` in every later Snapshot, as long as
   // it lives (held weakly). A key watched again is replaced. Keys of budgets

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpcguard/decision/call_policy.h"
 #include "rpcguard/observability/trace_fields.h"
 
 namespace rpcguard {
@@ -212,6 +213,11 @@ absl::string_view TraceEventKindName(TraceEvent::Kind kind) {
   }
   return "attempt";
 }
+
+static_assert(static_cast<int>(TraceVerbosity::kAll) + 1 ==
+                  kNumTraceVerbosities,
+              "decision/call_policy.h's kNumTraceVerbosities must count the "
+              "TraceVerbosity values");
 
 absl::string_view TraceVerbosityName(TraceVerbosity verbosity) {
   switch (verbosity) {

@@ -245,5 +245,33 @@ TEST(CallPolicyTest, ValidateCallPolicyNeedsNoMethod) {
             "CallPolicy.max_attempts: must be at most 10");
 }
 
+// An enum field cast from an integer outside its enum is refused with the
+// field named; before, a jitter of 42 ran as FULL and a trace verbosity of
+// 42 passed here and failed only the call.
+TEST(CallPolicyTest, EnumOutsideItsValuesNamesTheField) {
+  CallPolicy call;
+  call.jitter = static_cast<Jitter>(42);
+  EXPECT_EQ(ValidateCallPolicy(call).message(),
+            "CallPolicy.jitter: must be FULL, A6 or DECORRELATED, not 42");
+  EXPECT_EQ(Error(Retried(), call),
+            "CallPolicy.jitter: must be FULL, A6 or DECORRELATED, not 42");
+  call = CallPolicy{};
+  call.trace_verbosity = static_cast<TraceVerbosity>(42);
+  EXPECT_EQ(ValidateCallPolicy(call).message(),
+            "CallPolicy.trace_verbosity: must be OFF, GIVE_UPS, RETRIES or "
+            "ALL, not 42");
+  call.trace_verbosity = static_cast<TraceVerbosity>(-1);
+  EXPECT_FALSE(ValidateCallPolicy(call).ok());
+  for (int v = 0; v < kNumTraceVerbosities; ++v) {
+    call.trace_verbosity = static_cast<TraceVerbosity>(v);
+    EXPECT_TRUE(ValidateCallPolicy(call).ok()) << v;
+  }
+  for (Jitter j : {Jitter::kFull, Jitter::kA6, Jitter::kDecorrelated}) {
+    call = CallPolicy{};
+    call.jitter = j;
+    EXPECT_TRUE(ValidateCallPolicy(call).ok()) << JitterName(j);
+  }
+}
+
 }  // namespace
 }  // namespace rpcguard

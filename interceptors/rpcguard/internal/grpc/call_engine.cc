@@ -414,9 +414,13 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     }
   }
   if (decided) {
-    // Ended after the call did (cancelled as a loser, or outrun).
+    // Ended after the call did (cancelled as a loser, or outrun): no trace
+    // line, but an attempt that ended all the same (A66), so that started
+    // minus ended returns to zero.
     RecordAttemptEnd(gates, attempt->admission, facts.status_class,
                      facts.outcome, /*retrying=*/false);
+    Stats::RecordAttemptEnded(method_.stats, status.error_code(),
+                              attempt->ended_at - attempt->sent);
     if (attempt->number == 1 && attempt->loser && method_.latency != nullptr) {
       method_.latency->RecordAtLeast(Now() - attempt->sent);
     }

@@ -103,7 +103,13 @@ std::string EncodeCallPolicy(const CallPolicy& call) {
     add("backoff_multiplier",
         absl::StrFormat("%.17g", *call.backoff_multiplier));
   }
-  if (call.jitter) add("jitter", JitterName(*call.jitter));
+  if (call.jitter) {
+    const absl::string_view name = JitterName(*call.jitter);
+    // As trace_verbosity below: a value outside the enum travels as its
+    // number, which fails to parse, never as a valid name.
+    add("jitter", name.empty() ? absl::StrCat(static_cast<int>(*call.jitter))
+                               : std::string(name));
+  }
   if (call.hedging) add("hedging", *call.hedging ? "true" : "false");
   if (call.trace_verbosity) {
     const absl::string_view name = TraceVerbosityName(*call.trace_verbosity);

@@ -103,6 +103,11 @@ TEST(CallPolicyCarrierTest, OutOfRangeEnumIsWrittenSoThatItFails) {
   call.trace_verbosity = static_cast<TraceVerbosity>(42);
   EXPECT_EQ(ParseError(EncodeCallPolicy(call)),
             "CallPolicy.trace_verbosity: not a trace verbosity: \"42\"");
+  // The same for jitter: never written as "FULL" (which it used to be).
+  CallPolicy jitter;
+  jitter.jitter = static_cast<Jitter>(42);
+  EXPECT_EQ(ParseError(EncodeCallPolicy(jitter)),
+            "CallPolicy.jitter: not a jitter: \"42\"");
 }
 
 TEST(CallPolicyCarrierTest, NonFiniteNumbersParseForTheChecksToRefuse) {
