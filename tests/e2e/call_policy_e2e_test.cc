@@ -295,8 +295,7 @@ TEST_P(CallPolicyE2ETest, BadOverrideFailsBeforeTheServerSeesAnything) {
     const absl::Status enum_set = SetCallPolicy(&enum_ctx, *bad);
     EXPECT_TRUE(absl::StartsWith(enum_set.message(), field))
         << enum_set.message();
-    s = StartCall(GetParam(), stub_.get(), Method::kGet, &enum_ctx, req,
-                  &reply)
+    s = StartCall(GetParam(), stub_.get(), Method::kGet, &enum_ctx, req, &reply)
             ->Wait();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_TRUE(absl::StrContains(s.error_message(), field))

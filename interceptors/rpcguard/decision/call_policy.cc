@@ -57,15 +57,15 @@ absl::Status ValidateCallPolicy(const CallPolicy& call) {
   // A value cast from an integer outside the enum: refused, not read as
   // the default.
   if (call.jitter && JitterName(*call.jitter).empty()) {
-    return Bad("jitter",
-               absl::StrCat("must be FULL, A6 or DECORRELATED, not ",
-                            static_cast<int>(*call.jitter)));
+    return Bad("jitter", absl::StrCat("must be FULL, A6 or DECORRELATED, not ",
+                                      static_cast<int>(*call.jitter)));
   }
   if (call.trace_verbosity) {
     const int v = static_cast<int>(*call.trace_verbosity);
     if (v < 0 || v >= kNumTraceVerbosities) {
-      return Bad("trace_verbosity",
-                 absl::StrCat("must be OFF, GIVE_UPS, RETRIES or ALL, not ", v));
+      return Bad(
+          "trace_verbosity",
+          absl::StrCat("must be OFF, GIVE_UPS, RETRIES or ALL, not ", v));
     }
   }
   if (call.hedging == true && call.max_attempts == 1) {

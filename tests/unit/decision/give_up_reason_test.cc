@@ -20,7 +20,8 @@ namespace rpcguard {
 namespace {
 
 TEST(GiveUpReasonTest, CountIsTheListsLength) {
-  EXPECT_EQ(kNumGiveUpReasons, static_cast<int>(GiveUpReason::kDownstreamGaveUp) + 1);
+  EXPECT_EQ(kNumGiveUpReasons,
+            static_cast<int>(GiveUpReason::kDownstreamGaveUp) + 1);
   std::set<std::string> names;
   for (int i = 0; i < kNumGiveUpReasons; ++i) {
     names.insert(std::string(GiveUpReasonName(static_cast<GiveUpReason>(i))));
