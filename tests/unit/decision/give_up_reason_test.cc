@@ -1,7 +1,7 @@
 // Copyright rpcguard authors.
 //
-// GiveUpReason's count and names come from one list, and the README's
-// trace reference names exactly the reasons the enum has.
+// GiveUpReason's count and names come from one list, and the trace
+// reference (docs/traces.md) names exactly the reasons the enum has.
 
 #include "rpcguard/decision/give_up_reason.h"
 
@@ -30,12 +30,12 @@ TEST(GiveUpReasonTest, CountIsTheListsLength) {
       << "two reasons share a name";
 }
 
-// The `reason` row of the trace-fields table in "Reading retry traces":
+// The `reason` row of the trace-fields table in docs/traces.md:
 //   | `reason` | why it gave up: `max_attempts`, `deadline`, ... |
 // lists every reason but none (a call that gave up has a reason), once.
-TEST(GiveUpReasonTest, ReadmeListsEveryReason) {
-  std::ifstream in("README.md");
-  ASSERT_TRUE(in) << "README.md is not in the test's runfiles";
+TEST(GiveUpReasonTest, TraceDocListsEveryReason) {
+  std::ifstream in("docs/traces.md");
+  ASSERT_TRUE(in) << "docs/traces.md is not in the test's runfiles";
   std::stringstream text;
   text << in.rdbuf();
   constexpr absl::string_view kRow = "| `reason` | why it gave up: ";
