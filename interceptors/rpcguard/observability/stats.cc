@@ -247,7 +247,8 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
       Add(h->call_duration[BucketOf(event.call_duration,
                                     kDurationBucketsSeconds)]);
       Add(h->call_duration_ns, NonNegativeNanos(event.call_duration));
-      if (sent > 1) {
+      // A hedged call's copies are hedges, not retries (RecordHedgedCall).
+      if (sent > 1 && event.copy == 0) {
         Add(h->retries_per_call[BucketOf(absl::Seconds(sent - 1),
                                          kPerCallBuckets)]);
         Add(h->retries_per_call_sum, static_cast<uint64_t>(sent - 1));

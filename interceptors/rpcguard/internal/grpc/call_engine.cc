@@ -281,8 +281,10 @@ void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
       // Other copies may still run; when none does, the last failure
       // stands.
       if (step.done) {
+        // The next copy was not sent: a fail-fast, as for a retry (the
+        // last copy's end was its own line, and counted there).
         FinishLocked(last_status_, refused, last_attempt_.get(),
-                     TraceEvent::Kind::kAttempt, StatusClass::kRetriable, a);
+                     TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
       }
       return;
     }
@@ -419,8 +421,10 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     // minus ended returns to zero.
     RecordAttemptEnd(gates, attempt->admission, facts.status_class,
                      facts.outcome, /*retrying=*/false);
-    Stats::RecordAttemptEnded(method_.stats, status.error_code(),
-                              attempt->ended_at - attempt->sent);
+    if (!attempt->ended_by_terminal) {
+      Stats::RecordAttemptEnded(method_.stats, status.error_code(),
+                                attempt->ended_at - attempt->sent);
+    }
     if (attempt->number == 1 && attempt->loser && method_.latency != nullptr) {
       method_.latency->RecordAtLeast(Now() - attempt->sent);
     }
@@ -468,8 +472,10 @@ void CallEngine::OnTimer(TimerKind kind) {
     a.arm_deadline = true;
     const PolicyStep step = policy_impl_->OnTimer();
     if (step.done) {
+      // No copy runs and the next is not sent: a fail-fast (the last
+      // copy's end was its own line, and counted there).
       FinishLocked(last_status_, step.reason, last_attempt_.get(),
-                   TraceEvent::Kind::kAttempt, StatusClass::kRetriable, a);
+                   TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
     } else {
       a.send = step.send;
       a.timer = step.timer;
@@ -721,7 +727,11 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                                       : 0;
   }
   for (const auto& other : attempts_) {
-    if (other.get() == keep) continue;
+    if (other.get() == keep) {
+      // The terminal attempt line counts the kept attempt's end.
+      other->ended_by_terminal = kind == TraceEvent::Kind::kAttempt;
+      continue;
+    }
     other->loser = true;
     if (other->context != nullptr && !other->sending) {
       a.cancel.push_back(other->context);

@@ -103,6 +103,10 @@ struct EngineAttempt {
   // Cancelled by rpcguard because another attempt decided the call: its
   // end says nothing of the server.
   bool loser = false;
+  // The call's terminal event stands for this attempt's end, which comes
+  // later (left to end by its own deadline): its end is counted there, not
+  // again when it comes.
+  bool ended_by_terminal = false;
   // The glue's handle to cancel the attempt by (its ClientContext): copied
   // under the engine's lock, used outside it. Null for the application's
   // own call, and once the final attempt's answer is taken.

@@ -22,6 +22,7 @@
 #include "rpcguard/channel.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/internal/grpc/factory_state.h"
+#include "rpcguard/observability/stats.h"
 #include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
@@ -136,6 +137,7 @@ class CallEngineTest : public ::testing::Test {
     registry.clock = &clock_;
     options.breaker_registry = *BreakerRegistry::Create(registry);
     options.destination = "dest";
+    options.stats = stats_;
     options.trace_sink = std::make_shared<CallbackSink>(
         [this](const TraceEvent& e) { lines_.push_back(e); });
     options.trace_verbosity = TraceVerbosity::kAll;
@@ -176,9 +178,17 @@ class CallEngineTest : public ::testing::Test {
 
   BreakerSnapshot Breaker() { return method_->breaker->Snapshot(); }
 
+  // The method's counters (this test's own Stats).
+  MethodStatsSnapshot Counted() {
+    const StatsSnapshot snap = stats_->Snapshot();
+    const MethodStatsSnapshot* m = snap.FindMethod(kMethod);
+    return m != nullptr ? *m : MethodStatsSnapshot{};
+  }
+
   testing::FakeClock clock_;
   FakeIo io_;
   std::vector<TraceEvent> lines_;
+  std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
   std::shared_ptr<FactoryState> factory_;
   const MethodState* method_ = nullptr;
   std::unique_ptr<CallEngine> engine_;
@@ -398,6 +408,11 @@ TEST_F(CallEngineTest, AttemptsInFlightAtTheDeadlineEndTheCallOnTime) {
   End(2, grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(io_.released, std::vector<int>{2});
   EXPECT_EQ(io_.concluded, 1);
+  // Counted once each: attempt 2 by the terminal line, not again at its end.
+  const MethodStatsSnapshot m = Counted();
+  EXPECT_EQ(m.attempts_started, 2u);
+  EXPECT_EQ(m.attempts, 2u);
+  EXPECT_EQ(m.attempt_duration.count, 2u);
 }
 
 TEST_F(CallEngineTest, AHedgeGoesAfterTheDelayAndTheWinnerCancelsTheRest) {
@@ -423,6 +438,40 @@ TEST_F(CallEngineTest, AHedgeGoesAfterTheDelayAndTheWinnerCancelsTheRest) {
   EXPECT_EQ(io_.released, std::vector<int>{1});
   EXPECT_EQ(io_.concluded, 1);
   EXPECT_EQ(Breaker().window_failures, 0);
+  // Yet it ended (A66): started minus ended is back to zero.
+  const MethodStatsSnapshot m = Counted();
+  EXPECT_EQ(m.attempts_started, 2u);
+  EXPECT_EQ(m.attempts, 2u);
+  EXPECT_EQ(
+      m.attempts_by_code.at(static_cast<int>(grpc::StatusCode::CANCELLED)), 1u);
+}
+
+// A hedged call whose last copy failed, waiting out a server's delay that
+// outlasts the deadline, ends at the timer without another copy: a
+// fail-fast, and the last copy, counted at its own end, is not counted
+// again by the call's end (it used to be: a second kAttempt line).
+TEST_F(CallEngineTest, AHedgedCallEndingAtItsTimerCountsItsLastCopyOnce) {
+  Make(kHedge);
+  NewCall(absl::Seconds(1), /*hedging=*/true);
+  engine_->Start();
+  AttemptReport r;
+  r.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "attempt 1");
+  r.pushback.kind = Pushback::Kind::kRetryAfter;
+  r.pushback.delay = absl::Milliseconds(500);
+  engine_->OnAttemptDone(io_.sent[0].get(), r, nullptr);
+  ASSERT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.concluded, 0);
+  clock_.Advance(absl::Milliseconds(1100));  // the timer runs late
+  engine_->OnTimer(TimerKind::kNext);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(io_.terminal.kind, TraceEvent::Kind::kFailFast);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kDeadline);
+  const MethodStatsSnapshot m = Counted();
+  EXPECT_EQ(m.attempts_started, 1u);
+  EXPECT_EQ(m.attempts, 1u);
+  EXPECT_EQ(m.calls, 1u);
+  EXPECT_EQ(m.retries_per_call.count, 0u);  // copies are not retries
 }
 
 TEST_F(CallEngineTest, ANonFatalFailureSendsTheNextCopyAtOnce) {
