@@ -2,9 +2,12 @@
 # callgrind.sh: where a client's no-failure time goes, in instructions
 # (stable on a noisy machine, unlike CPU time).
 #
-#   bench/callgrind.sh [--stub=sync|callback] [--calls=N] [--out=DIR] [CLIENT...]
+#   bench/callgrind.sh [--stub=sync|callback] [--calls=N] [--out=DIR]
+#                      [--mode=opt|fastbuild] [CLIENT...]
 #
-# Runs //bench:compare (built -c opt) under callgrind for the scenario
+# Runs //bench:compare (built -c opt, or as --mode says: CI's guard,
+# bench/callgrind_guard.sh, reads the fastbuild binary its test stage built)
+# under callgrind for the scenario
 # none/STUB/c1 (no faults, one caller), once per CLIENT (default: plain
 # rpcguard; also pass-through, hijack-floor, grpc-retry; e.g. `hijack-floor
 # rpcguard` shows what rpcguard adds to the hijacking mechanism). The fault
@@ -45,6 +48,7 @@ cd "$(dirname "$0")/.."
 
 stub=sync
 calls=5000
+mode=opt
 out=/tmp/rpcguard-callgrind
 clients=()
 for arg in "$@"; do
@@ -52,7 +56,8 @@ for arg in "$@"; do
     --stub=*) stub=${arg#--stub=} ;;
     --calls=*) calls=${arg#--calls=} ;;
     --out=*) out=${arg#--out=} ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    --mode=*) mode=${arg#--mode=} ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "callgrind.sh: unknown flag $arg" >&2; exit 2 ;;
     *) clients+=("$arg") ;;
   esac
@@ -60,8 +65,13 @@ done
 if ((${#clients[@]} == 0)); then clients=(plain rpcguard); fi
 command -v valgrind >/dev/null || { echo "callgrind.sh: needs valgrind" >&2; exit 2; }
 
-./bazelw build -c opt //bench:compare >&2
-bin=bazel-bin/bench/compare
+case "$mode" in
+  opt|fastbuild) ;;
+  *) echo "callgrind.sh: --mode must be opt or fastbuild" >&2; exit 2 ;;
+esac
+./bazelw build -c "$mode" //bench:compare >&2
+# Not bazel-bin: it follows whichever mode was built last.
+bin=bazel-out/k8-$mode/bin/bench/compare
 mkdir -p "$out"
 scenario="none/$stub/c1"
 
