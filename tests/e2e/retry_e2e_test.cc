@@ -864,3 +864,46 @@ TEST_F(RetryE2EOtherTest, ThousandConcurrentCallbackCallsWithRandomFaults) {
 
 }  // namespace
 }  // namespace rpcguard
+
+namespace rpcguard {
+namespace {
+
+// A call sent once (Create: declared nowhere) whose server answers a code
+// that is not retried with "do not retry" (pushback -1) is heard by the
+// gRFC A6 retry throttle, as a hijacked attempt's stop is: one token goes.
+// The application's own call ends through the same reading of its end as
+// every attempt rpcguard sends (ReadAttemptEnd).
+TEST(SentOnceE2ETest, AStopPushbackIsHeardByTheRetryThrottle) {
+  FaultServer server;
+  ASSERT_TRUE(server.ok());
+  const std::shared_ptr<BreakerRegistry> registry =
+      *BreakerRegistry::Create({});
+  auto channel = CreateGuardedChannel(
+      server.address(),
+      R"({"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},
+          "methodConfig": [{"name": [{"service":
+          "rpcguard.testing.v1.FaultService", "method": "Get"}],
+          "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s",
+          "maxBackoff": "0.1s", "backoffMultiplier": 2,
+          "retryableStatusCodes": ["UNAVAILABLE"]}}]})",
+      [&](Options& options) { options.breaker_registry = registry; });
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = rpcguard::testing::v1::FaultService::NewStub(*channel);
+  FaultRequest req;
+  req.set_op_id("sent-once-stop");
+  req.set_fail_first(1);
+  req.set_fail_code(static_cast<int>(grpc::StatusCode::INTERNAL));
+  req.set_pushback_ms("-1");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub->Create(&ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(server.Op(req.op_id()).attempts, 1);
+  absl::StatusOr<std::shared_ptr<RetryThrottle>> throttle =
+      registry->GetThrottle(server.address(), RetryThrottleOptions{10, 0.1});
+  ASSERT_TRUE(throttle.ok()) << throttle.status();
+  EXPECT_EQ((*throttle)->milli_tokens(), 9000);
+}
+
+}  // namespace
+}  // namespace rpcguard

@@ -132,9 +132,10 @@ void HijackedCall::Park(InterceptorBatchMethods* batch) {
   }
 }
 
-AttemptReport HijackedCall::ReadEnd(
+AttemptReport ReadAttemptEnd(
     grpc::Status status,
-    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const {
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+    grpc::ChannelInterface* channel, bool may_wait) {
   AttemptReport r;
   if (!status.ok()) {
     auto it = trailers.find(kPushbackTrailer);
@@ -150,14 +151,21 @@ AttemptReport HijackedCall::ReadEnd(
     // to send on.
     r.not_sent = !r.local_error &&
                  IsNotSent(status.error_code(), status.error_message()) &&
-                 setup_.channel != nullptr &&
-                 setup_.channel->GetState(false) != GRPC_CHANNEL_READY;
+                 channel != nullptr &&
+                 channel->GetState(false) != GRPC_CHANNEL_READY;
   }
-  // An explicit fail-fast, the caller's or the config's, is kept.
-  r.may_wait = policy_.wait_for_ready.value_or(true) &&
-               setup_.caller.wait_for_ready.value_or(true);
+  r.may_wait = may_wait;
   r.status = std::move(status);
   return r;
+}
+
+AttemptReport HijackedCall::ReadEnd(
+    grpc::Status status,
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const {
+  // An explicit fail-fast, the caller's or the config's, is kept.
+  return ReadAttemptEnd(std::move(status), trailers, setup_.channel.get(),
+                        policy_.wait_for_ready.value_or(true) &&
+                            setup_.caller.wait_for_ready.value_or(true));
 }
 
 std::shared_ptr<EngineAttempt> HijackedCall::NewAttempt() {

@@ -56,6 +56,15 @@
 namespace rpcguard {
 namespace internal {
 
+// How an attempt ended, from its status, its trailers and the channel it
+// ran on (null: not known): one reading for every attempt, hijacked or the
+// application's own (sent once, or attempt 1 of a ride). `may_wait`: its
+// retry may wait for a connection (no explicit fail-fast).
+AttemptReport ReadAttemptEnd(
+    grpc::Status status,
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+    grpc::ChannelInterface* channel, bool may_wait);
+
 class HijackedCall final : public CallIo,
                            public StreamOwner,
                            public std::enable_shared_from_this<HijackedCall> {

@@ -409,21 +409,16 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     AttemptOutcome outcome;
     Pushback pushback;
     if (!status->ok()) {
-      const auto& trailers = *batch->GetRecvTrailingMetadata();
-      auto it = trailers.find(kPushbackTrailer);
-      if (it != trailers.end()) {
-        pushback = ParsePushback(
-            absl::string_view(it->second.data(), it->second.size()));
-        pushback.downstream_gave_up = pushback.kind == Pushback::Kind::kStop &&
-                                      trailers.count(kGaveUpTrailer) > 0;
-      }
+      // The same reading as every hijacked attempt's (hijacked_call.h).
+      const AttemptReport report = ReadAttemptEnd(
+          *status, *batch->GetRecvTrailingMetadata(), info_->channel(),
+          /*may_wait=*/false);
+      pushback = report.pushback;
       AttemptEnd end;
       end.code = status->error_code();
       end.caller_cancelled = cancelled();
-      end.local_error = IsLocalError(end.code, status->error_message());
-      end.not_sent = !end.local_error &&
-                     IsNotSent(end.code, status->error_message()) &&
-                     info_->channel()->GetState(false) != GRPC_CHANNEL_READY;
+      end.local_error = report.local_error;
+      end.not_sent = report.not_sent;
       const Decision d =
           DecideSentOnce(policy(), plan_.may_repeat, caller_deadline_.on_clock,
                          factory_->clock(), end, pushback);
