@@ -3,7 +3,7 @@
 # (stable on a noisy machine, unlike CPU time).
 #
 #   bench/callgrind.sh [--stub=sync|callback] [--calls=N] [--out=DIR]
-#                      [--mode=opt|fastbuild] [CLIENT...]
+#                      [--mode=opt|fastbuild] [--brief] [CLIENT...]
 #
 # Runs //bench:compare (built -c opt, or as --mode says: CI's guard,
 # bench/callgrind_guard.sh, reads the fastbuild binary its test stage built)
@@ -26,7 +26,8 @@
 # (The hedged clients' delay is 1 s here: under valgrind a call takes
 # milliseconds, and with the table's 10 ms some would really hedge, which
 # is not the no-hedge path this measures.)
-# Prints the instructions per call of each client, then
+# Prints the instructions per call of each client (only that with --brief),
+# then
 #   1. rpcguard's own functions (inclusive: with what they call), Ir per call
 #      and % of the last client's total;
 #   2. how often each client calls what costs (a second gRPC call and
@@ -49,6 +50,7 @@ cd "$(dirname "$0")/.."
 stub=sync
 calls=5000
 mode=opt
+brief=0
 out=/tmp/rpcguard-callgrind
 clients=()
 for arg in "$@"; do
@@ -57,6 +59,7 @@ for arg in "$@"; do
     --calls=*) calls=${arg#--calls=} ;;
     --out=*) out=${arg#--out=} ;;
     --mode=*) mode=${arg#--mode=} ;;
+    --brief) brief=1 ;;
     -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "callgrind.sh: unknown flag $arg" >&2; exit 2 ;;
     *) clients+=("$arg") ;;
@@ -127,6 +130,8 @@ for client in "${clients[@]}"; do
     exit 1
   fi
   total[$client]=$(awk '/^totals:/ {print $2}' "$dump")
+  # --brief (bench/callgrind_guard.sh): the totals only, no reports.
+  ((brief)) && continue
   callgrind_annotate --inclusive=yes --threshold=100 "$dump" \
     >"$out/$client.inclusive.txt" 2>/dev/null
   callgrind_annotate --threshold=100 "$dump" >"$out/$client.exclusive.txt" 2>/dev/null
@@ -146,6 +151,8 @@ for client in "${clients[@]}"; do
   awk -v c="$client" -v t="${total[$client]}" -v f="${total[$first]}" \
     -v n="$calls" 'BEGIN { printf "| %s | %.0f | %.2fx |\n", c, t / n, t / f }'
 done
+
+((brief)) && exit 0
 
 echo
 echo "## $last: rpcguard's own functions, inclusive (top 30)"
