@@ -339,24 +339,36 @@ namespace {
 
 // Stats count hedges sent, hedges that won and copies cancelled, and the
 // Prometheus text carries them.
-TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
-  FaultServer server;
-  const auto stats = std::make_shared<Stats>();
-  auto channel =
-      CreateGuardedChannel(server.address(), kConfig, [&](Options& options) {
-        options.breaker_registry = *BreakerRegistry::Create({});
-        options.stats = stats;
-      });
-  ASSERT_TRUE(channel.ok());
-  auto stub = FaultService::NewStub(*channel);
-  FaultRequest req;
-  req.set_op_id("stats-slow-first");
-  req.set_slow_first_ms(2000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
-  const StatsSnapshot snap = stats->Snapshot();
+// A channel with stats of its own, and a hedged call whose first copy is
+// slow (2 s), so that the hedge sent after 50 ms wins and the first copy is
+// cancelled.
+class HedgingStatsTest : public ::testing::Test {
+ protected:
+  void CallWhoseFirstCopyIsSlow(const std::string& op_id) {
+    auto channel = CreateGuardedChannel(
+        server_.address(), kConfig, [this](Options& options) {
+          options.breaker_registry = *BreakerRegistry::Create({});
+          options.stats = stats_;
+        });
+    ASSERT_TRUE(channel.ok());
+    auto stub = FaultService::NewStub(*channel);
+    FaultRequest req;
+    req.set_op_id(op_id);
+    req.set_slow_first_ms(2000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+  }
+
+  FaultServer server_;
+  const std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
+};
+
+TEST_F(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
+  ASSERT_NO_FATAL_FAILURE(CallWhoseFirstCopyIsSlow("stats-slow-first"));
+  const StatsSnapshot snap = stats_->Snapshot();
   const MethodStatsSnapshot* m =
       snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
   ASSERT_NE(m, nullptr);
@@ -368,7 +380,7 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
   EXPECT_TRUE(absl::StrContains(
       text, absl::StrCat("rpcguard_hedges_won_total{method=\"/"
                          "rpcguard.testing.v1.FaultService/Get\",target=\"",
-                         server.address(), "\"} 1")))
+                         server_.address(), "\"} 1")))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "rpcguard_hedge_delay_seconds{"));
 }
@@ -378,27 +390,12 @@ TEST(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
 // attempt duration, so that started minus ended returns to zero. Before,
 // it was counted started and never ended. Its end comes after the call's
 // (the cancel is asynchronous), so the snapshot is read until it is there.
-TEST(HedgingStatsTest, CancelledCopyIsAnAttemptThatEnded) {
-  FaultServer server;
-  const auto stats = std::make_shared<Stats>();
-  auto channel =
-      CreateGuardedChannel(server.address(), kConfig, [&](Options& options) {
-        options.breaker_registry = *BreakerRegistry::Create({});
-        options.stats = stats;
-      });
-  ASSERT_TRUE(channel.ok());
-  auto stub = FaultService::NewStub(*channel);
-  FaultRequest req;
-  req.set_op_id("stats-cancelled-copy");
-  req.set_slow_first_ms(2000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+TEST_F(HedgingStatsTest, CancelledCopyIsAnAttemptThatEnded) {
+  ASSERT_NO_FATAL_FAILURE(CallWhoseFirstCopyIsSlow("stats-cancelled-copy"));
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   MethodStatsSnapshot m;
   while (true) {
-    const StatsSnapshot snap = stats->Snapshot();
+    const StatsSnapshot snap = stats_->Snapshot();
     const MethodStatsSnapshot* found =
         snap.FindMethod("/rpcguard.testing.v1.FaultService/Get");
     ASSERT_NE(found, nullptr);
