@@ -351,7 +351,8 @@ class HedgingStatsTest : public ::testing::Test {
           options.stats = stats_;
         });
     ASSERT_TRUE(channel.ok());
-    auto stub = FaultService::NewStub(*channel);
+    // Kept for the test's life: the cancelled copy ends after the call.
+    stub_ = FaultService::NewStub(*channel);
     FaultRequest req;
     req.set_op_id(op_id);
     req.set_slow_first_ms(2000);
@@ -359,11 +360,12 @@ class HedgingStatsTest : public ::testing::Test {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));
-    ASSERT_TRUE(stub->Get(&ctx, req, &reply).ok());
+    ASSERT_TRUE(stub_->Get(&ctx, req, &reply).ok());
   }
 
   FaultServer server_;
   const std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
+  std::unique_ptr<FaultService::Stub> stub_;
 };
 
 TEST_F(HedgingStatsTest, CountsHedgesWinsAndCancelledCopies) {
