@@ -261,11 +261,7 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
     case TraceEvent::Kind::kAttempt:
       break;
   }
-  Add(h->attempts);
-  Add(h->attempts_by_code[CodeIndex(event.code)]);
-  Add(h->attempt_duration[BucketOf(event.attempt_duration,
-                                   kDurationBucketsSeconds)]);
-  Add(h->attempt_duration_ns, NonNegativeNanos(event.attempt_duration));
+  RecordAttemptEnded(h, event.code, event.attempt_duration);
   // A hedged call's copy failed and the call goes on: not its end.
   if (event.decision == TraceDecision::kHedge) return;
   if (event.decision == TraceDecision::kRetry) {
