@@ -62,6 +62,38 @@ PolicyStep RetryAttemptPolicy::OnRefused(GiveUpReason refused,
   return step;
 }
 
+PolicyStep SentOnceAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
+                                               absl::BitGenRef gen) {
+  const Decision d = controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
+  PolicyStep step;
+  step.outcome = d.outcome;
+  step.status_class = d.status_class;
+  step.done = true;
+  step.reason = d.reason;
+  // A failure a retry could have changed, on a call that may repeat: the
+  // controller would go on (or name a later limit); the plan said once.
+  if (d.status_class == StatusClass::kRetriable && may_repeat_ &&
+      facts.pushback.kind != Pushback::Kind::kStop) {
+    step.reason = why_;
+  }
+  return step;
+}
+
+PolicyStep SentOnceAttemptPolicy::OnTimer() {
+  PolicyStep step;
+  step.done = true;
+  step.reason = why_;
+  return step;
+}
+
+PolicyStep SentOnceAttemptPolicy::OnRefused(GiveUpReason refused,
+                                            bool /*replaces*/) {
+  PolicyStep step;
+  step.done = true;
+  step.reason = refused;
+  return step;
+}
+
 HedgeAttemptPolicy::HedgeAttemptPolicy(const HedgingPolicy& policy,
                                        absl::Duration delay,
                                        const RetryController* controller,

@@ -13,6 +13,9 @@
 //   HedgeAttemptPolicy  HedgeController's: copies side by side, the next
 //                       after the hedging delay or at once after a non-fatal
 //                       failure
+//   SentOnceAttemptPolicy  one attempt, the application's own call (a call
+//                       sent once): its end is the call's, with the reason a
+//                       hijacked call would give
 //
 // Both are thread-compatible: the engine calls them under its lock. Neither
 // touches gRPC call objects; time comes from the injected clock.
@@ -123,6 +126,36 @@ class RetryAttemptPolicy final : public AttemptPolicy {
   RetryController* const controller_;
   const DestinationGates gates_;
   bool committed_ = false;
+};
+
+// A call sent once (CallMode::kMetadataOnly): the application's own call is
+// its only attempt. Its end is read, classified and settled like any
+// attempt's; this policy only names why nothing follows: the controller's
+// reason where the status says why (fatal, auth, the caller's cancel or
+// deadline, a local error, the server's stop, not idempotent), else `why`,
+// the plan's reason for sending a repeatable call once (kMaxAttempts when
+// the plan gave none).
+class SentOnceAttemptPolicy final : public AttemptPolicy {
+ public:
+  // `controller` must outlive the policy; `may_repeat` as the controller's.
+  SentOnceAttemptPolicy(RetryController* controller, bool may_repeat,
+                        GiveUpReason why)
+      : controller_(controller),
+        may_repeat_(may_repeat),
+        why_(why == GiveUpReason::kNone ? GiveUpReason::kMaxAttempts : why) {}
+
+  absl::Time Start() override { return absl::InfiniteFuture(); }
+  int NextNumber() const override { return controller_->attempts() + 1; }
+  PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
+  // Never asked: a call sent once sets no timer and sends nothing more.
+  PolicyStep OnTimer() override;
+  PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
+  bool hedging() const override { return false; }
+
+ private:
+  RetryController* const controller_;
+  const bool may_repeat_;
+  const GiveUpReason why_;
 };
 
 class HedgeAttemptPolicy final : public AttemptPolicy {

@@ -2,23 +2,7 @@
 
 #include "rpcguard/internal/engine/retry_gate.h"
 
-#include <cstdint>
-#include <limits>
-
 namespace rpcguard {
-namespace {
-
-// A generator for a controller that is never asked for a backoff.
-struct NoRandomness {
-  using result_type = uint64_t;
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() {
-    return std::numeric_limits<result_type>::max();
-  }
-  result_type operator()() { return 0; }
-};
-
-}  // namespace
 
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
@@ -143,19 +127,6 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
     }
   }
   return start;
-}
-
-Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
-                        absl::Time deadline, Clock* clock,
-                        const AttemptEnd& end, const Pushback& pushback) {
-  MethodPolicy once = policy;
-  once.retry.max_attempts = 1;
-  // The controller's policy must outlive it: `once` does.
-  RetryController controller(once, may_repeat, deadline, clock);
-  controller.StartAttempt();
-  // One attempt allowed: no backoff is ever drawn.
-  NoRandomness none;
-  return controller.OnAttemptEnd(end, pushback, none);
 }
 
 }  // namespace rpcguard

@@ -144,16 +144,6 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
                            const DestinationGates& dest,
                            RetryCharge charge = RetryCharge::kUpFront);
 
-// The decision for a call sent once, without rpcguard owning it (CallPlan
-// kMetadataOnly, or a riding call that succeeded), that ended as `end`
-// says, with the server's `pushback`: what a RetryController allowed one
-// attempt would say, so that its give-up reason matches a hijacked call's.
-// `deadline` is the caller's.
-Decision DecideSentOnce(const MethodPolicy& policy, bool may_repeat,
-                        absl::Time deadline, Clock* clock,
-                        const AttemptEnd& end,
-                        const Pushback& pushback = Pushback());
-
 }  // namespace rpcguard
 
 #endif  // RPCGUARD_INTERNAL_ENGINE_RETRY_GATE_H_

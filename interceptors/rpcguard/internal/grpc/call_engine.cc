@@ -46,19 +46,24 @@ void GiveBack(const DestinationGates& gates, const AttemptStart& start) {
 CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
                        const MethodState& method, absl::Time deadline,
                        bool may_repeat, bool hedging, uint64_t call_id,
-                       const CallOverride* call_override)
+                       const CallOverride* call_override,
+                       std::optional<GiveUpReason> sent_once)
     : io_(io),
       factory_(factory),
       method_(method),
       policy_(call_override ? call_override->policy : method.resolved.policy),
       verbosity_(call_override ? call_override->verbosity : std::nullopt),
       call_id_(call_id),
-      hedging_(hedging && policy_.hedging.has_value()),
+      hedging_(hedging && !sent_once && policy_.hedging.has_value()),
       controller_(policy_, may_repeat, deadline, factory.clock()),
       deadline_(controller_.deadline()) {
-  if (factory_.refresher()) controller_.EnableAuthRefresh();
+  // One attempt: no refresh, which would send a second.
+  if (factory_.refresher() && !sent_once) controller_.EnableAuthRefresh();
   internal::MutexLock lock(&mu_);
-  if (hedging_) {
+  if (sent_once) {
+    once_.emplace(&controller_, may_repeat, *sent_once);
+    policy_impl_ = &*once_;
+  } else if (hedging_) {
     const HedgingPolicy& hedge = *policy_.hedging;
     hedge_.emplace(hedge, HedgeDelay(hedge, method_.latency.get()),
                    &controller_, factory_.clock(), policy_.min_attempt_time);
@@ -109,10 +114,11 @@ void CallEngine::Start() { SendAttempt(SendKind::kFirst, std::nullopt); }
 
 std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
     std::optional<Admission> admission, absl::Time sent) {
-  std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
+  // The application's call has its own context and response: the glue's
+  // attempt (NewAttempt) would build both for nothing.
+  auto attempt = std::make_shared<EngineAttempt>();
   attempt->admission = std::move(admission);
   attempt->app_call = true;
-  attempt->context.reset();  // the application's call has its own
   attempt->number = 1;
   internal::MutexLock lock(&mu_);
   attempt->deadline = controller_.StartAttempt();

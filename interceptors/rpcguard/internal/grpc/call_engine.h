@@ -203,11 +203,15 @@ class CallEngine {
   // `may_repeat`: whether the call is safe to send more than once;
   // `hedging`: copies under the method's hedgingPolicy instead of retries.
   // `call_override`: the call's own policy and verbosity, in place of the
-  // method's (null: none). `io` must outlive the engine; `factory`, `method`
-  // and `call_override` too.
+  // method's (null: none). `sent_once`: the call is sent once, as the
+  // application's own call, and this is the plan's reason (kNone: none);
+  // its one attempt ends through the same step as every other
+  // (SentOnceAttemptPolicy). `io` must outlive the engine; `factory`,
+  // `method` and `call_override` too.
   CallEngine(CallIo* io, const FactoryState& factory, const MethodState& method,
              absl::Time deadline, bool may_repeat, bool hedging,
-             uint64_t call_id, const CallOverride* call_override = nullptr);
+             uint64_t call_id, const CallOverride* call_override = nullptr,
+             std::optional<GiveUpReason> sent_once = std::nullopt);
 
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
@@ -340,9 +344,10 @@ class CallEngine {
   // The call's deadline (the controller's, fixed once it is built), read
   // without the lock.
   const absl::Time deadline_;
-  // The policy: one of the two below, chosen at construction.
+  // The policy: one of the three below, chosen at construction.
   std::optional<RetryAttemptPolicy> retry_ ABSL_GUARDED_BY(mu_);
   std::optional<HedgeAttemptPolicy> hedge_ ABSL_GUARDED_BY(mu_);
+  std::optional<SentOnceAttemptPolicy> once_ ABSL_GUARDED_BY(mu_);
   AttemptPolicy* policy_impl_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   bool done_ ABSL_GUARDED_BY(mu_) = false;

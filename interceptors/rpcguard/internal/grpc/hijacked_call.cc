@@ -60,14 +60,16 @@ TimerQueue::Run RunFor(TimerKind kind) {
 HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
                            const MethodState& method, absl::Time deadline,
                            bool may_repeat, bool hedging,
-                           std::optional<CallOverride> call_override)
+                           std::optional<CallOverride> call_override,
+                           std::optional<GiveUpReason> sent_once)
     : factory_(std::move(factory)),
       method_(method),
       call_override_(std::move(call_override)),
       policy_(call_override_ ? call_override_->policy : method.resolved.policy),
+      sent_once_(sent_once.has_value()),
       engine_(this, *factory_, method, deadline, may_repeat, hedging,
               factory_->random()->Next64(),
-              call_override_ ? &*call_override_ : nullptr) {}
+              call_override_ ? &*call_override_ : nullptr, sent_once) {}
 
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
                               InterceptorBatchMethods* first_batch) {
@@ -96,7 +98,8 @@ void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
 bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                                       const grpc::ChannelInterface* channel) {
   grpc::Status status = *batch->GetRecvStatus();
-  if (status.ok() &&
+  // A call sent once gets what gRPC makes of it: nothing follows.
+  if (!sent_once_ && status.ok() &&
       batch->QueryInterceptionHookPoint(
           InterceptionHookPoints::POST_RECV_MESSAGE) &&
       batch->GetRecvMessage() == nullptr) {
@@ -108,7 +111,7 @@ bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                      ": the server sent none, or one not of the "
                      "application's response type"));
   }
-  if (!status.ok()) {
+  if (!status.ok() && !sent_once_) {
     // What later attempts need, only now that there may be any. Written
     // before the engine lets a canceller or a timer send one.
     setup_.channel = batch->GetInterceptedChannel();

@@ -105,11 +105,14 @@ class HijackedCall final : public CallIo,
   // `may_repeat`: whether the call is safe to send more than once
   // (CallPlan::may_repeat); `hedging`: copies under the method's
   // hedgingPolicy instead of retries (CallPlan::hedge); `call_override`:
-  // the call's own policy (SetCallPolicy), which the call keeps, or none.
+  // the call's own policy (SetCallPolicy), which the call keeps, or none;
+  // `sent_once`: the call is sent once as the application's own call, for
+  // the plan's reason (CallEngine), and this object only ends it.
   HijackedCall(std::shared_ptr<const FactoryState> factory,
                const MethodState& method, absl::Time deadline, bool may_repeat,
                bool hedging = false,
-               std::optional<CallOverride> call_override = std::nullopt);
+               std::optional<CallOverride> call_override = std::nullopt,
+               std::optional<GiveUpReason> sent_once = std::nullopt);
 
   HijackedCall(const HijackedCall&) = delete;
   HijackedCall& operator=(const HijackedCall&) = delete;
@@ -140,8 +143,9 @@ class HijackedCall final : public CallIo,
 
   // Attempt 1 is the application's own call, already admitted by the
   // breaker (`admission`); `response_object` is the application's response
-  // message; `sent` when it started. rpcguard steps in when its outcome
-  // calls for a retry (OnFirstAttemptDone).
+  // message (null for a stream); `sent` when it started. Its end goes
+  // through the engine (OnFirstAttemptDone), which may retry it unless the
+  // call is sent once.
   void RideFirstAttempt(std::optional<Admission> admission,
                         void* response_object, absl::Time sent);
 
@@ -223,6 +227,8 @@ class HijackedCall final : public CallIo,
   void* response_object_ = nullptr;
   // A riding call's attempt 1, from RideFirstAttempt to its end.
   std::shared_ptr<EngineAttempt> ride_;
+  // Sent once (the constructor's `sent_once`): nothing is ever resent.
+  const bool sent_once_;
   // A streaming call's streams (MakeStream); null for a unary call.
   std::unique_ptr<StreamFlow> stream_;
   CallEngine engine_;

@@ -4,10 +4,12 @@
 // interceptor can see (CallFacts), asks PlanCall for the call's mode and
 // runs it:
 //   kPassThrough   proceed untouched;
-//   kMetadataOnly  add rpcguard's metadata, ask the breaker, proceed; at
-//                  POST_RECV_STATUS report the one attempt (DecideSentOnce);
+//   kMetadataOnly  add rpcguard's metadata, ask the breaker, proceed; a
+//                  failure ends through the engine (OwnCallFailed), which
+//                  sends nothing more (SentOnceAttemptPolicy);
 //   kRide          as kMetadataOnly, keeping what a retry would need; a
-//                  failed attempt 1 hands the call to a HijackedCall;
+//                  failed attempt 1 ends through the engine, which may
+//                  retry it;
 //   kHijack        hand the call to a HijackedCall and Hijack();
 //   kFailFast      end it through a HijackedCall before anything is sent.
 // Everything after the first batch is the HijackedCall's (hijacked_call.h)
@@ -97,17 +99,19 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         }
         break;
       case CallMode::kRide:
-        if (batch->QueryInterceptionHookPoint(
-                InterceptionHookPoints::POST_RECV_STATUS) &&
-            !SucceededWithMessage(batch)) {
-          RideFailed(batch);  // may end with `this` gone
-          return;
-        }
-        [[fallthrough]];
       case CallMode::kMetadataOnly:
         if (batch->QueryInterceptionHookPoint(
                 InterceptionHookPoints::POST_RECV_STATUS)) {
-          OnSentOnceStatus(batch);
+          // A riding call's success needs its message: without one gRPC
+          // would report OK and the application find nothing.
+          const bool failed = mode_ == CallMode::kRide
+                                  ? !SucceededWithMessage(batch)
+                                  : !batch->GetRecvStatus()->ok();
+          if (failed) {
+            OwnCallFailed(batch);  // proceeds it, or keeps it for a retry
+            return;                // `this` may be gone
+          }
+          OwnCallSucceeded(batch);
         }
         break;
       case CallMode::kPassThrough:
@@ -284,7 +288,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     Stats::RecordAttemptStarted(method_->stats);
     if (mode_ == CallMode::kRide) {
       // What a retry would need, kept cheaply: the call's state is built
-      // only if attempt 1 fails (RideFailed). Copied: the application's
+      // only if attempt 1 fails (OwnCallFailed). Copied: the application's
       // call sends the request too.
       request_ = *batch->GetSerializedSendMessage();
       ride_response_ = batch->GetRecvMessage();
@@ -347,11 +351,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
   // A HijackedCall for this call, with what the application's context says
   // (its deadline as read when the call started: caller_deadline_).
-  std::shared_ptr<HijackedCall> NewHijackedCall() {
+  // `sent_once`: the call is sent once, for this reason of the plan's.
+  std::shared_ptr<HijackedCall> NewHijackedCall(
+      std::optional<GiveUpReason> sent_once = std::nullopt) {
     grpc::ClientContext* app = info_->client_context();
     auto call = std::make_shared<HijackedCall>(
         factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
-        plan_.hedge, call_override_);
+        plan_.hedge, call_override_, sent_once);
     HijackedCall::Setup& setup = call->setup();
     setup.method_owner = own_method_;
     setup.grpc_deadline = caller_deadline_.on_grpc;
@@ -366,14 +372,21 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     return call;
   }
 
-  // Attempt 1 of a riding call (the application's own call) ended without
-  // a clean success in `batch`: from here rpcguard owns the outcome.
-  void RideFailed(InterceptorBatchMethods* batch) {
-    std::shared_ptr<HijackedCall> call = NewHijackedCall();
+  // The application's own call (attempt 1, or a call sent once) ended
+  // without a clean success in `batch`. It ends through the engine's one
+  // step, as every attempt does (read, classify, settle with the
+  // destination, record, trace, annotate, give-up hook); a riding call's
+  // engine may retry it, keeping `batch` until the call is decided;
+  // otherwise `batch` proceeds here. Either way `this` may then be gone.
+  void OwnCallFailed(InterceptorBatchMethods* batch) {
+    const bool once = mode_ == CallMode::kMetadataOnly;
+    std::shared_ptr<HijackedCall> call = NewHijackedCall(
+        once ? std::optional<GiveUpReason>(plan_.reason) : std::nullopt);
     HijackedCall::Setup& setup = call->setup();
     setup.idempotency_key = std::move(key_);
     setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
+    // kRide: what a retry resends; kMetadataOnly: the give-up hook's copy.
     setup.request.Swap(&request_);
     call->RideFirstAttempt(std::move(admission_), ride_response_,
                            own_call_started_);
@@ -386,69 +399,36 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     // A cancel that came before call_ was set: the call must not retry.
     if (cancelled) call->Cancel();
-    // Kept for a retry: rpcguard proceeds it, and `this` may be gone.
     if (call->OnFirstAttemptDone(batch, info_->channel())) return;
     batch->Proceed();
   }
 
-  // A call sent once as the application's own call has ended: it is
-  // reported, and told to the destination, like any hijacked call's attempt.
-  void OnSentOnceStatus(InterceptorBatchMethods* batch) {
+  // The application's own call succeeded: it is told to the destination
+  // and traced as the engine's success of attempt 1 would be. A success
+  // decides nothing (no class to read, no pushback, no message to annotate,
+  // no hook), so it takes no engine: every call pays for this path.
+  void OwnCallSucceeded(InterceptorBatchMethods* batch) {
     static const grpc::string_ref kOne("1");
     batch->GetRecvTrailingMetadata()->emplace(
         grpc::string_ref(kAttemptsTrailer), kOne);
-    grpc::Status* status = batch->GetRecvStatus();
     const MethodState& method = *method_;
     TraceEvent event;
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
-    event.code = status->error_code();
     event.attempt_duration =
         factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
-    AttemptOutcome outcome;
-    Pushback pushback;
-    if (!status->ok()) {
-      // The same reading as every hijacked attempt's (hijacked_call.h).
-      const AttemptReport report = ReadAttemptEnd(
-          *status, *batch->GetRecvTrailingMetadata(), info_->channel(),
-          /*may_wait=*/false);
-      pushback = report.pushback;
-      AttemptEnd end;
-      end.code = status->error_code();
-      end.caller_cancelled = cancelled();
-      end.local_error = report.local_error;
-      end.not_sent = report.not_sent;
-      const Decision d =
-          DecideSentOnce(policy(), plan_.may_repeat, caller_deadline_.on_clock,
-                         factory_->clock(), end, pushback);
-      outcome = d.outcome;
-      event.status_class = d.status_class;
-      event.decision = TraceDecision::kGiveUp;
-      // A call that may be repeated was sent once for a reason of the plan's.
-      event.reason = d.reason == GiveUpReason::kMaxAttempts &&
-                             plan_.reason != GiveUpReason::kNone
-                         ? plan_.reason
-                         : d.reason;
-      event.message = status->error_message();
-      event.call_id = factory_->random()->Next64();
-      // Say why a failure was not retried, as a hijacked call does.
-      *status = grpc::Status(
-          status->error_code(),
-          AnnotateMessage(status->error_message(), 1, event.reason),
-          status->error_details());
-    }
-    SettleAttempt(method.gates(), /*charge=*/std::nullopt, event.status_class,
-                  outcome, pushback.kind == Pushback::Kind::kStop,
-                  pushback.downstream_gave_up);
-    RecordAttemptEnd(method.gates(), admission_, event.status_class, outcome,
+    const AttemptOutcome ok;
+    SettleAttempt(method.gates(), /*charge=*/std::nullopt, StatusClass::kOk,
+                  ok, /*server_said_stop=*/false);
+    RecordAttemptEnd(method.gates(), admission_, StatusClass::kOk, ok,
                      /*retrying=*/false);
     admission_.reset();
     factory_->Emit(
         method, event,
         [&](TraceEvent& e) {
           e.time = factory_->clock()->WallNow();
-          if (e.call_id == 0) e.call_id = factory_->random()->Next64();
+          e.call_id = factory_->random()->Next64();
           e.method = method.name;
           e.idempotency_key = key_;
           correlation_.FillIn(e);
@@ -457,10 +437,6 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           FactoryState::FillBreaker(method, e);
         },
         call_override_ ? call_override_->verbosity : std::nullopt);
-    if (event.decision == TraceDecision::kGiveUp) {
-      ServerCalls::Get().Mark(server_link_, TravellingReason(event.reason, 1));
-      factory_->ReportGiveUp(method, event, 1, key_, request_);
-    }
   }
 
   // How a stream's attempts name their gRPC type.

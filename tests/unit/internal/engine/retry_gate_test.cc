@@ -12,13 +12,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/time/time.h"
+#include "rpcguard/internal/engine/attempt_policy.h"
 #include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
 namespace {
 
 using ::rpcguard::testing::FakeClock;
+using ::rpcguard::internal::EndFacts;
+using ::rpcguard::internal::PolicyStep;
+using ::rpcguard::internal::SentOnceAttemptPolicy;
 
 // A breaker that opens on its first failure and stays open 1 s.
 BreakerOptions TripOnFirstFailure() {
@@ -481,7 +486,12 @@ TEST_F(RetryGateTest, WithoutDestinationStateOnlyTheCallDecides) {
             Decision::Action::kRetry);
 }
 
-// --- DecideSentOnce: a call sent once reports like a hijacked one ---
+// --- SentOnceAttemptPolicy: a call sent once ends like a hijacked one ---
+//
+// The application's own call, sent once, ends through the engine with this
+// policy: the reason it gives is the one a RetryController allowed one
+// attempt gives, and a repeatable call sent once for a reason of the plan's
+// gives that reason.
 
 struct SentOnceRow {
   std::string name;
@@ -496,9 +506,27 @@ struct SentOnceRow {
   bool local_error = false;
 };
 
-class DecideSentOnceTest : public ::testing::TestWithParam<SentOnceRow> {};
+class SentOncePolicyTest : public ::testing::TestWithParam<SentOnceRow> {};
 
-TEST_P(DecideSentOnceTest, SameReasonAsTheController) {
+// The engine's reading of an end (CallEngine::OnAttemptDone), then the
+// policy's step.
+PolicyStep EndOnce(RetryController& controller, bool may_repeat,
+                   GiveUpReason why, const AttemptEnd& end,
+                   const Pushback& pushback = Pushback()) {
+  SentOnceAttemptPolicy policy(&controller, may_repeat, why);
+  controller.StartAttempt();
+  EndFacts facts;
+  facts.number = 1;
+  facts.end = end;
+  facts.outcome = controller.OutcomeOf(end);
+  facts.status_class = controller.classifier().Classify(facts.outcome);
+  facts.pushback = pushback;
+  facts.cancelled = end.caller_cancelled;
+  absl::BitGen gen;
+  return policy.OnAttemptEnd(facts, gen);
+}
+
+TEST_P(SentOncePolicyTest, SameReasonAsTheController) {
   const SentOnceRow& row = GetParam();
   FakeClock clock;
   MethodPolicy policy;
@@ -511,14 +539,79 @@ TEST_P(DecideSentOnceTest, SameReasonAsTheController) {
   end.code = row.code;
   end.caller_cancelled = row.cancelled;
   end.local_error = row.local_error;
-  const Decision d =
-      DecideSentOnce(policy, MayRepeat(row.idempotency), deadline, &clock, end);
+  // One attempt allowed: what the controller itself says, its reference.
+  MethodPolicy once = policy;
+  once.retry.max_attempts = 1;
+  RetryController reference(once, MayRepeat(row.idempotency), deadline, &clock);
+  reference.StartAttempt();
+  absl::BitGen gen;
+  const Decision d = reference.OnAttemptEnd(end, Pushback(), gen);
   EXPECT_EQ(d.action, row.action);
   EXPECT_EQ(GiveUpReasonName(d.reason), GiveUpReasonName(row.reason));
-  EXPECT_EQ(StatusClassName(d.status_class), StatusClassName(row.status_class));
-  EXPECT_EQ(d.outcome.code, row.code);
-  EXPECT_EQ(d.outcome.caller_cancelled, row.cancelled);
-  EXPECT_EQ(d.outcome.local_error, row.local_error);
+
+  // The policy, on the method's own policy (any max_attempts).
+  RetryController controller(policy, MayRepeat(row.idempotency), deadline,
+                             &clock);
+  const PolicyStep step = EndOnce(controller, MayRepeat(row.idempotency),
+                                  GiveUpReason::kNone, end);
+  EXPECT_TRUE(step.done);
+  EXPECT_FALSE(step.retrying);
+  EXPECT_EQ(GiveUpReasonName(step.reason), GiveUpReasonName(row.reason));
+  EXPECT_EQ(StatusClassName(step.status_class),
+            StatusClassName(row.status_class));
+  EXPECT_EQ(step.outcome.code, row.code);
+  EXPECT_EQ(step.outcome.caller_cancelled, row.cancelled);
+  EXPECT_EQ(step.outcome.local_error, row.local_error);
+}
+
+TEST(SentOncePolicy, ARepeatableCallSentOnceGivesThePlansReason) {
+  FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = Idempotency::kIdempotent;
+  policy.retry.max_attempts = 5;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             clock.MonotonicNow() + absl::Seconds(5), &clock);
+  AttemptEnd end;
+  end.code = grpc::StatusCode::UNAVAILABLE;
+  const PolicyStep step = EndOnce(controller, /*may_repeat=*/true,
+                                  GiveUpReason::kUnsupportedCall, end);
+  EXPECT_TRUE(step.done);
+  EXPECT_EQ(GiveUpReasonName(step.reason),
+            GiveUpReasonName(GiveUpReason::kUnsupportedCall));
+}
+
+TEST(SentOncePolicy, TheServersStopNamesTheGiveUp) {
+  FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = Idempotency::kIdempotent;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             absl::InfiniteFuture(), &clock);
+  AttemptEnd end;
+  end.code = grpc::StatusCode::UNAVAILABLE;
+  Pushback stop;
+  stop.kind = Pushback::Kind::kStop;
+  const PolicyStep step = EndOnce(controller, /*may_repeat=*/true,
+                                  GiveUpReason::kNone, end, stop);
+  EXPECT_TRUE(step.done);
+  EXPECT_EQ(GiveUpReasonName(step.reason),
+            GiveUpReasonName(stop.StopReason()));
+}
+
+TEST(SentOncePolicy, AnAuthFailureIsNotRefreshed) {
+  // The engine enables no refresh for a call sent once; the policy would
+  // not act on one either.
+  FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = Idempotency::kIdempotent;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             absl::InfiniteFuture(), &clock);
+  controller.EnableAuthRefresh();
+  AttemptEnd end;
+  end.code = grpc::StatusCode::UNAUTHENTICATED;
+  const PolicyStep step = EndOnce(controller, /*may_repeat=*/true,
+                                  GiveUpReason::kNone, end);
+  EXPECT_TRUE(step.done);
+  EXPECT_FALSE(step.refresh);
 }
 
 std::vector<SentOnceRow> SentOnceRows() {
@@ -559,7 +652,7 @@ std::vector<SentOnceRow> SentOnceRows() {
   };
 }
 
-INSTANTIATE_TEST_SUITE_P(Rows, DecideSentOnceTest,
+INSTANTIATE_TEST_SUITE_P(Rows, SentOncePolicyTest,
                          ::testing::ValuesIn(SentOnceRows()),
                          [](const ::testing::TestParamInfo<SentOnceRow>& i) {
                            return i.param.name;
