@@ -669,11 +669,13 @@ TEST_F(StreamE2ETest, FailsAfterTheFirstResponseIsNotRetried) {
       EXPECT_EQ(last.reason, GiveUpReason::kCommitted);
       // A server's first response comes after its headers: the headers
       // commit the call, unless gRPC runs the read's reaction first.
+      ASSERT_TRUE(last.commit.has_value());
       if (shape == Shape::kClient) {
-        EXPECT_EQ(last.commit, "headers");
+        EXPECT_EQ(CommitReasonName(*last.commit), "headers");
       } else {
-        EXPECT_TRUE(last.commit == "headers" || last.commit == "message")
-            << last.commit;
+        EXPECT_TRUE(*last.commit == CommitReason::kHeaders ||
+                    *last.commit == CommitReason::kMessage)
+            << CommitReasonName(*last.commit);
       }
       EXPECT_EQ(last.attempt, 1);
     }
@@ -690,7 +692,7 @@ TEST_F(StreamE2ETest, RequestsOverTheBufferLimitCommit) {
     grpc::ClientContext ctx;
     const Outcome o = Call(kind, stub_.get(), &ctx, Shape::kClient, kRequests);
     EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_EQ(Terminal().commit, "buffer_limit");
+    EXPECT_EQ(Terminal().commit, CommitReason::kBufferLimit);
     EXPECT_EQ(Terminal().reason, GiveUpReason::kCommitted);
     server_.FailBefore(static_cast<int>(server_.attempts().size()) + 1);
   }
@@ -732,7 +734,7 @@ TEST_F(StreamE2ETest, TheChannelsStreamsShareOneReplayBuffer) {
   const grpc::Status status_b = b->Finish();
   EXPECT_EQ(status_b.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status_b.error_message();
-  EXPECT_EQ(Terminal().commit, "channel_buffer_limit");
+  EXPECT_EQ(Terminal().commit, CommitReason::kChannelBufferLimit);
   EXPECT_EQ(Terminal().reason, GiveUpReason::kCommitted);
   a->WritesDone();
   const grpc::Status status_a = a->Finish();
@@ -772,7 +774,7 @@ TEST_F(StreamE2ETest, CommitFreesTheBufferedRequests) {
   EXPECT_EQ(internal::StreamBytesBuffered(), before);
   ASSERT_TRUE(writer->Finish().ok());
   EXPECT_EQ(reply.n(), kMore + 1);
-  EXPECT_EQ(Terminal().commit, "headers");
+  EXPECT_EQ(Terminal().commit, CommitReason::kHeaders);
 }
 
 // Before the commit the requests are buffered: the gauge sees them.

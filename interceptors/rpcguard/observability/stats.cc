@@ -20,11 +20,6 @@
 
 namespace rpcguard {
 namespace {
-// TraceEvent::commit's values, in the order of MethodHandle::commits.
-constexpr std::array<absl::string_view, 4> kCommitReasons = {
-    "headers", "message", "buffer_limit", "channel_buffer_limit"};
-}  // namespace
-namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
@@ -286,10 +281,8 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
   if (event.decision == TraceDecision::kGiveUp) {
     Add(h->give_ups[ReasonIndex(event.reason)]);
   }
-  if (!event.commit.empty()) {
-    for (size_t i = 0; i < kCommitReasons.size(); ++i) {
-      if (event.commit == kCommitReasons[i]) Add(h->commits[i]);
-    }
+  if (event.commit.has_value()) {
+    Add(h->commits[static_cast<size_t>(*event.commit)]);
   }
   const int attempts = std::max(event.attempt, 0);
   Add(h->attempts_buckets[std::min(std::max(attempts, 1), 11) - 1]);
@@ -369,9 +362,9 @@ MethodStatsSnapshot Stats::SnapshotOf(const MethodHandle& h) {
   m.attempts = h.attempts.load(kRelaxed);
   m.attempts_by_code = CodeMap(h.attempts_by_code);
   m.retries = h.retries.load(kRelaxed);
-  for (size_t i = 0; i < kCommitReasons.size(); ++i) {
+  for (int i = 0; i < kNumCommitReasons; ++i) {
     if (const uint64_t n = h.commits[i].load(kRelaxed)) {
-      m.commits[std::string(kCommitReasons[i])] = n;
+      m.commits[static_cast<CommitReason>(i)] = n;
     }
   }
   m.give_ups = ReasonMap(h.give_ups);
@@ -562,7 +555,9 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
     for (const MethodStatsSnapshot& m : snapshot.methods) {
       for (const auto& [reason, n] : m.commits) {
         f.samples.push_back(
-            {with(series(m), "reason", reason), static_cast<double>(n), {}});
+            {with(series(m), "reason", CommitReasonName(reason)),
+             static_cast<double>(n),
+             {}});
       }
     }
   }

@@ -129,9 +129,9 @@ struct MethodStatsSnapshot {
   HistogramSnapshot hedges_per_call;
   // Hedged calls that ended (RecordHedgedCall).
   uint64_t hedged_calls = 0;
-  // Streams that ended committed to an attempt (gRFC A6), by why: "headers",
-  // "message", "buffer_limit" (TraceEvent::commit). Non-zero entries only.
-  std::map<std::string, uint64_t> commits;
+  // Streams that ended committed to an attempt (gRFC A6), by why
+  // (TraceEvent::commit). Non-zero entries only.
+  std::map<CommitReason, uint64_t> commits;
   // Non-zero entries only.
   std::map<GiveUpReason, uint64_t> give_ups;
   std::map<GiveUpReason, uint64_t> fail_fasts;
@@ -347,8 +347,8 @@ class Stats::MethodHandle {
   std::atomic<uint64_t> retries{0};
   std::array<std::atomic<uint64_t>, kReasons> give_ups{};
   std::array<std::atomic<uint64_t>, kReasons> fail_fasts{};
-  // By kCommitReasons' index.
-  std::array<std::atomic<uint64_t>, 4> commits{};
+  // By CommitReason.
+  std::array<std::atomic<uint64_t>, kNumCommitReasons> commits{};
   // Per bucket, not cumulative; the last is +Inf.
   std::array<std::atomic<uint64_t>, kDelayBuckets> delay_buckets{};
   std::atomic<uint64_t> delay_sum_us{0};

@@ -48,6 +48,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -57,6 +58,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rpcguard/decision/commit_reason.h"
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/status_class.h"
 
@@ -154,9 +156,10 @@ struct TraceEvent {
   int copy = 0;
   std::vector<int> cancelled;
   // A stream's terminal event, once it had committed to an attempt (gRFC
-  // A6; after which a failure is not retried): why it committed,
-  // "headers", "message" or "buffer_limit". Empty otherwise (not written).
-  std::string commit;
+  // A6; after which a failure is not retried): why it committed, written
+  // as CommitReasonName says ("headers", "message", "buffer_limit",
+  // "channel_buffer_limit"). None otherwise (not written).
+  std::optional<CommitReason> commit;
   // The status message (kAttempt, kFailFast), or why the breaker changed
   // state (kBreakerTransition). May be empty; may hold any bytes.
   std::string message;

@@ -195,7 +195,7 @@ bool FormatCancelled(const TraceEvent& e, TraceFieldValue* out) {
          Stored(absl::StrJoin(e.cancelled, ","), false, out);
 }
 bool FormatCommit(const TraceEvent& e, TraceFieldValue* out) {
-  return !e.commit.empty() && Text(e.commit, out);
+  return e.commit.has_value() && Text(CommitReasonName(*e.commit), out);
 }
 bool FormatTraceId(const TraceEvent& e, TraceFieldValue* out) {
   return !e.trace_id.empty() && Text(e.trace_id, out);
@@ -377,11 +377,8 @@ absl::Status ParseCancelled(const TraceFieldText* f, TraceEvent* e) {
 // A stream's `commit` (optional): one of the engine's reasons.
 absl::Status ParseCommit(const TraceFieldText* f, TraceEvent* e) {
   if (f == nullptr || f->absent) return absl::OkStatus();
-  if (f->value != "headers" && f->value != "message" &&
-      f->value != "buffer_limit" && f->value != "channel_buffer_limit") {
-    return Bad("commit", f->value);
-  }
-  e->commit = f->value;
+  e->commit = CommitReasonFromName(f->value);
+  if (!e->commit.has_value()) return Bad("commit", f->value);
   return absl::OkStatus();
 }
 // 32 hex digits, as a valid traceparent's trace id (any case: people edit

@@ -113,6 +113,35 @@ TEST(StatsTest, AHedgedCopysFailureIsNotACall) {
   EXPECT_DOUBLE_EQ(snap.methods[0].attempts_per_call.sum, 3);
 }
 
+// A stream's terminal event names why it committed; stats count it under
+// that reason's name, every reason of the one list.
+TEST(StatsTest, CountsStreamCommitsByReason) {
+  using D = TraceDecision;
+  Stats stats;
+  for (int i = 0; i < kNumCommitReasons; ++i) {
+    for (int n = 0; n <= i; ++n) {
+      TraceEvent end = Attempt(10 * i + n + 1, 1, D::kGiveUp,
+                               absl::ZeroDuration(), GiveUpReason::kCommitted);
+      end.commit = static_cast<CommitReason>(i);
+      stats.Record(end);
+    }
+  }
+  stats.Record(Attempt(99, 1, D::kDone));  // no commit: not counted
+  const StatsSnapshot snap = stats.Snapshot();
+  ASSERT_EQ(snap.methods.size(), 1u);
+  EXPECT_THAT(snap.methods[0].commits,
+              ElementsAre(Pair(CommitReason::kHeaders, 1),
+                          Pair(CommitReason::kMessage, 2),
+                          Pair(CommitReason::kBufferLimit, 3),
+                          Pair(CommitReason::kChannelBufferLimit, 4)));
+  const std::string text = ToPrometheusText(snap);
+  EXPECT_NE(text.find("rpcguard_stream_commits_total{method=\"" +
+                      std::string(kMethod) +
+                      "\",target=\"\",reason=\"channel_buffer_limit\"} 4"),
+            std::string::npos)
+      << text;
+}
+
 TEST(StatsTest, RetryDelayHistogramIsCumulativeInSeconds) {
   Stats stats;
   RecordHistory(stats);

@@ -74,20 +74,6 @@ CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
   }
 }
 
-absl::string_view CommitReasonName(CommitReason reason) {
-  switch (reason) {
-    case CommitReason::kHeaders:
-      return "headers";
-    case CommitReason::kMessage:
-      return "message";
-    case CommitReason::kBufferLimit:
-      return "buffer_limit";
-    case CommitReason::kChannelBufferLimit:
-      break;
-  }
-  return "channel_buffer_limit";
-}
-
 void CallEngine::Commit(CommitReason reason) {
   internal::MutexLock lock(&mu_);
   if (done_ || commit_.has_value()) return;
@@ -722,7 +708,7 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
   }
   terminal.message = status.error_message();
   if (commit_.has_value()) {
-    terminal.commit = std::string(CommitReasonName(*commit_));
+    terminal.commit = *commit_;
   }
   // Whatever is still in flight but `keep` is cancelled: the call is
   // decided. A hedged call's terminal line names the copy that decided it

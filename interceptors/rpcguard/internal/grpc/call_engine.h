@@ -65,6 +65,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpcguard/decision/commit_reason.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/internal/base/mutex.h"
 #include "rpcguard/internal/engine/attempt_policy.h"
@@ -135,21 +136,6 @@ enum class TimerKind {
 };
 
 using TimerHandle = std::pair<absl::Time, uint64_t>;
-
-// Why a stream committed to its attempt (gRFC A6): after it, the attempt's
-// end is the call's.
-enum class CommitReason {
-  kHeaders,      // the server's response headers came
-  kMessage,      // a response message came
-  kBufferLimit,  // the requests outgrew the replay buffer
-  // The channel's streams together hold their replay limit (a busy channel
-  // keeps no more; DestinationConfig::channel_stream_buffer_bytes).
-  kChannelBufferLimit,
-};
-
-// "headers", "message", "buffer_limit", "channel_buffer_limit": the trace's
-// `commit` field.
-absl::string_view CommitReasonName(CommitReason reason);
 
 // The seam between the engine and gRPC. Every method but TakeResult is
 // called without the engine's lock held.

@@ -263,8 +263,8 @@ TEST_F(CallEngineTest, ACommittedCallEndsWithItsAttempt) {
   EXPECT_TRUE(io_.Active(TimerKind::kNext).empty());
   EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCommitted);
-  EXPECT_EQ(io_.terminal.commit, "headers");
-  EXPECT_EQ(lines_.back().commit, "headers");
+  EXPECT_EQ(io_.terminal.commit, CommitReason::kHeaders);
+  EXPECT_EQ(lines_.back().commit, CommitReason::kHeaders);
 }
 
 // A commit changes nothing of a success, nor of a fatal failure, but the
@@ -276,7 +276,7 @@ TEST_F(CallEngineTest, ACommittedCallsFatalFailureIsFatal) {
   engine_->Commit(CommitReason::kBufferLimit);
   End(1, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kFatal);
-  EXPECT_EQ(io_.terminal.commit, "buffer_limit");
+  EXPECT_EQ(io_.terminal.commit, CommitReason::kBufferLimit);
 }
 
 // A call decided while the gate was asked for its next attempt (here a
