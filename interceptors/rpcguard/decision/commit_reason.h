@@ -16,16 +16,16 @@
 namespace rpcguard {
 
 // Every reason, in enum order, with its stable name.
-#define RPCGUARD_COMMIT_REASONS(X)                                      \
-  /* the server's response headers came */                              \
-  X(Headers, "headers")                                                 \
-  /* a response message came */                                         \
-  X(Message, "message")                                                 \
-  /* the requests outgrew the call's replay buffer */                   \
-  X(BufferLimit, "buffer_limit")                                        \
-  /* the channel's streams together hold their replay limit (a busy     \
+#define RPCGUARD_COMMIT_REASONS(X)                                          \
+  /* the server's response headers came */                                  \
+  X(Headers, "headers")                                                     \
+  /* a response message came */                                             \
+  X(Message, "message")                                                     \
+  /* the requests outgrew the call's replay buffer */                       \
+  X(BufferLimit, "buffer_limit")                                            \
+  /* the channel's streams together hold their replay limit (a busy         \
      channel keeps no more; DestinationConfig::channel_stream_buffer_bytes) \
-   */                                                                   \
+   */                                                                       \
   X(ChannelBufferLimit, "channel_buffer_limit")
 
 enum class CommitReason {

@@ -74,11 +74,6 @@ uint64_t NonNegativeNanos(absl::Duration d) {
 }
 
 template <size_t N>
-std::vector<double> Bounds(const std::array<double, N>& a) {
-  return std::vector<double>(a.begin(), a.end());
-}
-
-template <size_t N>
 HistogramSnapshot MakeHistogram(const std::array<std::atomic<uint64_t>, N>& b,
                                 std::vector<double> bounds, double sum) {
   HistogramSnapshot h;
@@ -342,16 +337,8 @@ void Stats::RecordHedgedCall(MethodHandle* h, int copies, bool later_copy_won,
 }
 
 MethodStatsSnapshot Stats::SnapshotOf(const MethodHandle& h) {
-  static const std::vector<double>* const delay_bounds = [] {
-    auto* v = new std::vector<double>();
-    for (double ms : kRetryDelayBucketsMs) v->push_back(ms / 1000);
-    return v;
-  }();
-  static const std::vector<double>* const attempts_bounds = [] {
-    auto* v = new std::vector<double>();
-    for (int i = 1; i <= kAttemptsBuckets; ++i) v->push_back(i);
-    return v;
-  }();
+  // The bounds are the instruments' (instruments.h).
+  const auto bounds = [](Instrument i) { return InstrumentBuckets(i); };
   MethodStatsSnapshot m;
   m.method = h.method;
   m.target = h.target;
@@ -370,23 +357,25 @@ MethodStatsSnapshot Stats::SnapshotOf(const MethodHandle& h) {
   m.give_ups = ReasonMap(h.give_ups);
   m.fail_fasts = ReasonMap(h.fail_fasts);
   m.call_duration =
-      MakeHistogram(h.call_duration, Bounds(kDurationBucketsSeconds),
+      MakeHistogram(h.call_duration, bounds(Instrument::kCallDuration),
                     h.call_duration_ns.load(kRelaxed) / 1e9);
   m.attempt_duration =
-      MakeHistogram(h.attempt_duration, Bounds(kDurationBucketsSeconds),
+      MakeHistogram(h.attempt_duration, bounds(Instrument::kAttemptDuration),
                     h.attempt_duration_ns.load(kRelaxed) / 1e9);
   m.retries_per_call =
-      MakeHistogram(h.retries_per_call, Bounds(kPerCallBuckets),
+      MakeHistogram(h.retries_per_call, bounds(Instrument::kCallRetries),
                     static_cast<double>(h.retries_per_call_sum.load(kRelaxed)));
-  m.retry_delay = MakeHistogram(h.delay_buckets, *delay_bounds,
-                                h.delay_sum_us.load(kRelaxed) / 1e6);
+  m.retry_delay =
+      MakeHistogram(h.delay_buckets, bounds(Instrument::kRetryDelay),
+                    h.delay_sum_us.load(kRelaxed) / 1e6);
   m.attempts_per_call =
-      MakeHistogram(h.attempts_buckets, *attempts_bounds,
+      MakeHistogram(h.attempts_buckets, bounds(Instrument::kAttemptsPerCall),
                     static_cast<double>(h.attempts_sum.load(kRelaxed)));
   m.hedged_calls = h.hedged_calls.load(kRelaxed);
   m.hedges = h.hedges.load(kRelaxed);
-  m.hedges_per_call = MakeHistogram(h.hedges_per_call, Bounds(kPerCallBuckets),
-                                    static_cast<double>(m.hedges));
+  m.hedges_per_call =
+      MakeHistogram(h.hedges_per_call, bounds(Instrument::kCallHedges),
+                    static_cast<double>(m.hedges));
   m.hedges_won = h.hedges_won.load(kRelaxed);
   m.copies_cancelled = h.copies_cancelled.load(kRelaxed);
   m.hedge_delay_seconds =
@@ -460,14 +449,14 @@ const BreakerStatsSnapshot* StatsSnapshot::FindBreaker(
 }
 
 std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
-  using Type = MetricFamilyData::Type;
   std::vector<MetricFamilyData> out;
-  const auto family = [&](absl::string_view name, Type type,
-                          absl::string_view help) -> MetricFamilyData& {
+  // Every family as its instrument declares it (instruments.h).
+  const auto family = [&](Instrument id) -> MetricFamilyData& {
+    const InstrumentInfo& info = InstrumentInfoOf(id);
     MetricFamilyData& f = out.emplace_back();
-    f.name = std::string(name);
-    f.type = type;
-    f.help = std::string(help);
+    f.name = std::string(info.name);
+    f.type = info.type;
+    f.help = std::string(info.help);
     return f;
   };
   const auto series = [](const MethodStatsSnapshot& m) {
@@ -479,19 +468,17 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
     return labels;
   };
   // One sample per series; `skip_zero` leaves out a zero value.
-  const auto counter = [&](absl::string_view name, absl::string_view help,
-                           uint64_t MethodStatsSnapshot::*field,
+  const auto counter = [&](Instrument id, uint64_t MethodStatsSnapshot::*field,
                            bool skip_zero) {
-    MetricFamilyData& f = family(name, Type::kCounter, help);
+    MetricFamilyData& f = family(id);
     for (const MethodStatsSnapshot& m : snapshot.methods) {
       if (skip_zero && m.*field == 0) continue;
       f.samples.push_back({series(m), static_cast<double>(m.*field), {}});
     }
   };
   const auto by_code =
-      [&](absl::string_view name, absl::string_view help,
-          std::map<int, uint64_t> MethodStatsSnapshot::*field) {
-        MetricFamilyData& f = family(name, Type::kCounter, help);
+      [&](Instrument id, std::map<int, uint64_t> MethodStatsSnapshot::*field) {
+        MetricFamilyData& f = family(id);
         for (const MethodStatsSnapshot& m : snapshot.methods) {
           for (const auto& [code, n] : m.*field) {
             f.samples.push_back(
@@ -503,9 +490,9 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
         }
       };
   const auto by_reason =
-      [&](absl::string_view name, absl::string_view help,
+      [&](Instrument id,
           std::map<GiveUpReason, uint64_t> MethodStatsSnapshot::*field) {
-        MetricFamilyData& f = family(name, Type::kCounter, help);
+        MetricFamilyData& f = family(id);
         for (const MethodStatsSnapshot& m : snapshot.methods) {
           for (const auto& [reason, n] : m.*field) {
             f.samples.push_back(
@@ -515,43 +502,32 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
           }
         }
       };
-  const auto histogram = [&](absl::string_view name, absl::string_view help,
+  const auto histogram = [&](Instrument id,
                              HistogramSnapshot MethodStatsSnapshot::*field) {
-    MetricFamilyData& f = family(name, Type::kHistogram, help);
+    MetricFamilyData& f = family(id);
     for (const MethodStatsSnapshot& m : snapshot.methods) {
       if ((m.*field).count == 0) continue;
       f.samples.push_back({series(m), 0, m.*field});
     }
   };
 
-  counter("rpcguard_calls_started_total", "Calls started.",
-          &MethodStatsSnapshot::calls_started, false);
-  by_code("rpcguard_calls_total", "Calls that ended, by final status code.",
-          &MethodStatsSnapshot::calls_by_code);
-  counter("rpcguard_attempts_started_total", "Attempts started.",
-          &MethodStatsSnapshot::attempts_started, false);
-  by_code("rpcguard_attempts_total", "Attempts that ended, by status code.",
-          &MethodStatsSnapshot::attempts_by_code);
-  histogram("rpcguard_call_duration_seconds",
-            "Call duration, from the first attempt's start to the end.",
-            &MethodStatsSnapshot::call_duration);
-  histogram("rpcguard_attempt_duration_seconds",
-            "Attempt duration, from its start to its status.",
+  counter(Instrument::kCallsStarted, &MethodStatsSnapshot::calls_started,
+          false);
+  by_code(Instrument::kCalls, &MethodStatsSnapshot::calls_by_code);
+  counter(Instrument::kAttemptsStarted, &MethodStatsSnapshot::attempts_started,
+          false);
+  by_code(Instrument::kAttempts, &MethodStatsSnapshot::attempts_by_code);
+  histogram(Instrument::kCallDuration, &MethodStatsSnapshot::call_duration);
+  histogram(Instrument::kAttemptDuration,
             &MethodStatsSnapshot::attempt_duration);
-  counter("rpcguard_retries_total", "Attempts followed by a retry.",
-          &MethodStatsSnapshot::retries, false);
-  histogram("rpcguard_call_retries", "Retries per call that retried.",
-            &MethodStatsSnapshot::retries_per_call);
-  histogram("rpcguard_retry_delay_seconds", "Backoff before each retry.",
-            &MethodStatsSnapshot::retry_delay);
-  histogram("rpcguard_attempts_per_call", "Attempts sent per call.",
+  counter(Instrument::kRetries, &MethodStatsSnapshot::retries, false);
+  histogram(Instrument::kCallRetries, &MethodStatsSnapshot::retries_per_call);
+  histogram(Instrument::kRetryDelay, &MethodStatsSnapshot::retry_delay);
+  histogram(Instrument::kAttemptsPerCall,
             &MethodStatsSnapshot::attempts_per_call);
-  by_reason("rpcguard_give_ups_total", "Calls that gave up, by reason.",
-            &MethodStatsSnapshot::give_ups);
+  by_reason(Instrument::kGiveUps, &MethodStatsSnapshot::give_ups);
   {
-    MetricFamilyData& f =
-        family("rpcguard_stream_commits_total", Type::kCounter,
-               "Streams that ended committed to an attempt, by why.");
+    MetricFamilyData& f = family(Instrument::kStreamCommits);
     for (const MethodStatsSnapshot& m : snapshot.methods) {
       for (const auto& [reason, n] : m.commits) {
         f.samples.push_back(
@@ -561,37 +537,22 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
       }
     }
   }
-  by_reason("rpcguard_fail_fasts_total",
-            "Calls ended without sending their next attempt, by reason.",
-            &MethodStatsSnapshot::fail_fasts);
-  histogram("rpcguard_call_hedges",
-            "Copies sent after the first, per hedged call that sent one.",
-            &MethodStatsSnapshot::hedges_per_call);
-  counter("rpcguard_hedges_total", "Hedged copies sent after the first.",
-          &MethodStatsSnapshot::hedges, true);
-  counter("rpcguard_hedges_won_total",
-          "Hedged calls decided by a copy after the first.",
-          &MethodStatsSnapshot::hedges_won, true);
-  counter("rpcguard_copies_cancelled_total",
-          "Hedged copies cancelled because another decided the call.",
-          &MethodStatsSnapshot::copies_cancelled, true);
+  by_reason(Instrument::kFailFasts, &MethodStatsSnapshot::fail_fasts);
+  histogram(Instrument::kCallHedges, &MethodStatsSnapshot::hedges_per_call);
+  counter(Instrument::kHedges, &MethodStatsSnapshot::hedges, true);
+  counter(Instrument::kHedgesWon, &MethodStatsSnapshot::hedges_won, true);
+  counter(Instrument::kCopiesCancelled, &MethodStatsSnapshot::copies_cancelled,
+          true);
   {
-    MetricFamilyData& f =
-        family("rpcguard_hedge_delay_seconds", Type::kGauge,
-               "The hedge delay the series' last hedged call used.");
+    MetricFamilyData& f = family(Instrument::kHedgeDelay);
     for (const MethodStatsSnapshot& m : snapshot.methods) {
       if (m.hedged_calls == 0) continue;
       f.samples.push_back({series(m), m.hedge_delay_seconds, {}});
     }
   }
   {
-    MetricFamilyData& state =
-        family("rpcguard_breaker_state", Type::kGauge,
-               "1 for the state a circuit breaker is in (its last "
-               "transition's).");
-    MetricFamilyData& to =
-        family("rpcguard_breaker_transitions_total", Type::kCounter,
-               "Circuit breaker state changes, by the state entered.");
+    MetricFamilyData& state = family(Instrument::kBreakerState);
+    MetricFamilyData& to = family(Instrument::kBreakerTransitions);
     for (const BreakerStatsSnapshot& b : snapshot.breakers) {
       if (!b.state.empty()) {
         state.samples.push_back(
@@ -604,33 +565,25 @@ std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
       }
     }
   }
-  const auto budget = [&](absl::string_view name, Type type,
-                          absl::string_view help, auto value) {
-    MetricFamilyData& f = family(name, type, help);
+  const auto budget = [&](Instrument id, auto value) {
+    MetricFamilyData& f = family(id);
     for (const BudgetStatsSnapshot& b : snapshot.budgets) {
       f.samples.push_back(
           {{{"budget", b.key}}, static_cast<double>(value(b)), {}});
     }
   };
-  budget("rpcguard_retry_budget_balance", Type::kGauge,
-         "Paid retries the budget still allows in its window.",
+  budget(Instrument::kBudgetBalance,
          [](const BudgetStatsSnapshot& b) { return b.balance; });
-  budget(
-      "rpcguard_retry_budget_retries_in_flight", Type::kGauge,
-      "Retries on credit (paid only if they fail) not yet ended.",
-      [](const BudgetStatsSnapshot& b) { return b.budget.unpaid_in_flight; });
-  budget("rpcguard_retry_budget_refunds_total", Type::kCounter,
-         "Retries on credit that succeeded, so cost nothing.",
+  budget(Instrument::kBudgetRetriesInFlight, [](const BudgetStatsSnapshot& b) {
+    return b.budget.unpaid_in_flight;
+  });
+  budget(Instrument::kBudgetRefunds,
          [](const BudgetStatsSnapshot& b) { return b.budget.refunded; });
-  budget("rpcguard_retry_budget_free_retries_total", Type::kCounter,
-         "Retries granted free (e.g. never sent to the server).",
+  budget(Instrument::kBudgetFreeRetries,
          [](const BudgetStatsSnapshot& b) { return b.budget.free; });
-  budget("rpcguard_retry_budget_refusals_total", Type::kCounter,
-         "Retries the budget refused.",
+  budget(Instrument::kBudgetRefusals,
          [](const BudgetStatsSnapshot& b) { return b.budget.refused; });
-  family("rpcguard_stats_series_overflows_total", Type::kCounter,
-         "Lookups of a new (method, target) series counted under \"other\" "
-         "because Stats held max_series.")
+  family(Instrument::kSeriesOverflows)
       .samples.push_back(
           {{}, static_cast<double>(snapshot.series_overflows), {}});
   return out;

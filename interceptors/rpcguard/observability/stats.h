@@ -68,6 +68,7 @@
 #include "absl/time/time.h"
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/destination/retry_budget.h"
+#include "rpcguard/observability/instruments.h"
 #include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
@@ -409,7 +410,7 @@ struct MetricSample {
   HistogramSnapshot histogram;
 };
 struct MetricFamilyData {
-  enum class Type { kCounter, kGauge, kHistogram };
+  using Type = MetricType;  // instruments.h
   std::string name;
   std::string help;
   Type type = Type::kCounter;

@@ -419,8 +419,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
     const AttemptOutcome ok;
-    SettleAttempt(method.gates(), /*charge=*/std::nullopt, StatusClass::kOk,
-                  ok, /*server_said_stop=*/false);
+    SettleAttempt(method.gates(), /*charge=*/std::nullopt, StatusClass::kOk, ok,
+                  /*server_said_stop=*/false);
     RecordAttemptEnd(method.gates(), admission_, StatusClass::kOk, ok,
                      /*retrying=*/false);
     admission_.reset();

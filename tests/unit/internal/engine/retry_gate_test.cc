@@ -20,10 +20,10 @@
 namespace rpcguard {
 namespace {
 
-using ::rpcguard::testing::FakeClock;
 using ::rpcguard::internal::EndFacts;
 using ::rpcguard::internal::PolicyStep;
 using ::rpcguard::internal::SentOnceAttemptPolicy;
+using ::rpcguard::testing::FakeClock;
 
 // A breaker that opens on its first failure and stays open 1 s.
 BreakerOptions TripOnFirstFailure() {
@@ -552,8 +552,8 @@ TEST_P(SentOncePolicyTest, SameReasonAsTheController) {
   // The policy, on the method's own policy (any max_attempts).
   RetryController controller(policy, MayRepeat(row.idempotency), deadline,
                              &clock);
-  const PolicyStep step = EndOnce(controller, MayRepeat(row.idempotency),
-                                  GiveUpReason::kNone, end);
+  const PolicyStep step =
+      EndOnce(controller, MayRepeat(row.idempotency), GiveUpReason::kNone, end);
   EXPECT_TRUE(step.done);
   EXPECT_FALSE(step.retrying);
   EXPECT_EQ(GiveUpReasonName(step.reason), GiveUpReasonName(row.reason));
@@ -590,11 +590,10 @@ TEST(SentOncePolicy, TheServersStopNamesTheGiveUp) {
   end.code = grpc::StatusCode::UNAVAILABLE;
   Pushback stop;
   stop.kind = Pushback::Kind::kStop;
-  const PolicyStep step = EndOnce(controller, /*may_repeat=*/true,
-                                  GiveUpReason::kNone, end, stop);
+  const PolicyStep step =
+      EndOnce(controller, /*may_repeat=*/true, GiveUpReason::kNone, end, stop);
   EXPECT_TRUE(step.done);
-  EXPECT_EQ(GiveUpReasonName(step.reason),
-            GiveUpReasonName(stop.StopReason()));
+  EXPECT_EQ(GiveUpReasonName(step.reason), GiveUpReasonName(stop.StopReason()));
 }
 
 TEST(SentOncePolicy, AnAuthFailureIsNotRefreshed) {
@@ -608,8 +607,8 @@ TEST(SentOncePolicy, AnAuthFailureIsNotRefreshed) {
   controller.EnableAuthRefresh();
   AttemptEnd end;
   end.code = grpc::StatusCode::UNAUTHENTICATED;
-  const PolicyStep step = EndOnce(controller, /*may_repeat=*/true,
-                                  GiveUpReason::kNone, end);
+  const PolicyStep step =
+      EndOnce(controller, /*may_repeat=*/true, GiveUpReason::kNone, end);
   EXPECT_TRUE(step.done);
   EXPECT_FALSE(step.refresh);
 }
