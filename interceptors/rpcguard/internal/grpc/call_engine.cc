@@ -16,9 +16,16 @@
 #include "rpcguard/internal/grpc/call_engine.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -41,7 +48,92 @@ void GiveBack(const DestinationGates& gates, const AttemptStart& start) {
                    /*retrying=*/false);
 }
 
+// RPCGUARD_TRACE=engine: on or off, and where lines go (stderr unless a
+// test set a sink). Built once; never destroyed.
+struct EngineTrace {
+  std::atomic<bool> on{false};
+  absl::Mutex mu;
+  std::function<void(absl::string_view)> sink ABSL_GUARDED_BY(mu);
+};
+
+bool EnvironmentSaysEngine() {
+  const char* env = std::getenv("RPCGUARD_TRACE");
+  if (env == nullptr) return false;
+  for (absl::string_view name : absl::StrSplit(env, ',')) {
+    if (absl::StripAsciiWhitespace(name) == "engine") return true;
+  }
+  return false;
+}
+
+EngineTrace& GetEngineTrace() {
+  static EngineTrace* const trace = [] {
+    auto* t = new EngineTrace;
+    t->on.store(EnvironmentSaysEngine(), std::memory_order_relaxed);
+    return t;
+  }();
+  return *trace;
+}
+
+void WriteEngineTrace(absl::string_view line) {
+  EngineTrace& t = GetEngineTrace();
+  absl::MutexLock lock(&t.mu);
+  if (t.sink) {
+    t.sink(line);
+  } else {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()),
+                 line.data());
+  }
+}
+
 }  // namespace
+
+absl::string_view EngineStateName(EngineState state) {
+  switch (state) {
+    case EngineState::kIdle:
+      return "idle";
+    case EngineState::kSending:
+      return "sending";
+    case EngineState::kInFlight:
+      return "in_flight";
+    case EngineState::kWaiting:
+      return "waiting";
+    case EngineState::kRefreshing:
+      return "refreshing";
+    case EngineState::kDone:
+      break;
+  }
+  return "done";
+}
+
+void SetEngineTraceForTest(std::function<void(absl::string_view)> sink) {
+  EngineTrace& t = GetEngineTrace();
+  absl::MutexLock lock(&t.mu);
+  t.on.store(sink != nullptr || EnvironmentSaysEngine(),
+             std::memory_order_relaxed);
+  t.sink = std::move(sink);
+}
+
+void CallEngine::NoteLocked(absl::string_view event, int attempt) {
+  const EngineState next =
+      done_                                  ? EngineState::kDone
+      : refreshing_                          ? EngineState::kRefreshing
+      : sending_ > 0                         ? EngineState::kSending
+      : !attempts_.empty()                   ? EngineState::kInFlight
+      : first_sent_ == absl::InfinitePast()  ? EngineState::kIdle
+                                             : EngineState::kWaiting;
+  if (next == state_) return;
+  const EngineState from = state_;
+  state_ = next;
+  if (!GetEngineTrace().on.load(std::memory_order_relaxed)) return;
+  WriteEngineTrace(absl::StrFormat(
+      "rpcguard engine: call=%x attempt=%d %s -> %s on %s", call_id_, attempt,
+      EngineStateName(from), EngineStateName(next), event));
+}
+
+EngineState CallEngine::state() const {
+  internal::MutexLock lock(&mu_);
+  return state_;
+}
 
 CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
                        const MethodState& method, absl::Time deadline,
@@ -111,6 +203,7 @@ std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
   attempt->sent = sent;
   first_sent_ = attempt->sent;
   attempts_.push_back(attempt);
+  NoteLocked("ride", 1);
   return attempt;
 }
 
@@ -210,6 +303,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->sending = true;
         attempts_.push_back(attempt);
         ++sending_;
+        NoteLocked("send", number);
         if (in_flight_ == nullptr) in_flight_ = io_->Hold();
         refreshed = refreshed_;
         if (kind == SendKind::kFirst) {
@@ -249,6 +343,7 @@ void CallEngine::SendAttempt(SendKind kind,
     cancel_now = !attempt->ended && (cancelled_ || done_);
     if (cancel_now && !cancelled_) attempt->loser = true;
     if (--sending_ == 0) ending.swap(deferred_ending_);
+    NoteLocked("sent", number);
   }
   if (cancel_now) io_->Cancel(context);
   attempt.reset();
@@ -404,6 +499,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
         line.deadline_left = controller_.Remaining();
         line.attempt_duration = controller_.Now() - attempt->sent;
         traced = true;
+        NoteLocked("attempt_end", attempt->number);
       }
     }
   }
@@ -635,6 +731,7 @@ void CallEngine::EndRefresh(absl::StatusOr<RefreshedCredentials> result,
     internal::MutexLock lock(&mu_);
     if (!refreshing_ || done_) return;
     refreshing_ = false;
+    NoteLocked("refreshed", 0);
     if (refresh_timer_.has_value()) {
       a.cancel_timers.push_back(*refresh_timer_);
       refresh_timer_.reset();
@@ -681,6 +778,7 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
                               StatusClass status_class, Actions& a,
                               const EngineAttempt* keep) {
   done_ = true;
+  NoteLocked("finish", last != nullptr ? last->number : 0);
   // The caller's cancel (or its parent's end) is why a failure ends it.
   const bool by_cancel = cancelled_ && !given.ok();
   const grpc::Status& status = by_cancel ? cancel_status_ : given;

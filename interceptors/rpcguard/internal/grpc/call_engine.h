@@ -55,6 +55,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,6 +137,33 @@ enum class TimerKind {
 };
 
 using TimerHandle = std::pair<absl::Time, uint64_t>;
+
+// The engine's state, one field (CallEngine::state()), as the diagram
+// above draws it: before attempt 1 (idle); an attempt being started
+// (sending); attempts in flight, none being started (in flight); nothing in
+// flight, a backoff, a hedge delay or the next send pending (waiting); the
+// credential refresher asked (refreshing); decided (done). Every transition
+// is logged when RPCGUARD_TRACE names "engine" (SetEngineTraceForTest).
+enum class EngineState {
+  kIdle,
+  kSending,
+  kInFlight,
+  kWaiting,
+  kRefreshing,
+  kDone
+};
+
+// "idle", "sending", "in_flight", "waiting", "refreshing", "done".
+absl::string_view EngineStateName(EngineState state);
+
+// RPCGUARD_TRACE (a comma-separated list, read once from the environment,
+// as gRPC reads GRPC_TRACE) naming "engine" writes every engine's every
+// state change to stderr, one line each:
+//   rpcguard engine: call=<id> attempt=<n> <from> -> <to> on <event>
+// Off, a change costs one load. For tests: `sink` receives the lines
+// instead (and turns the trace on); null restores the environment's
+// setting.
+void SetEngineTraceForTest(std::function<void(absl::string_view)> sink);
 
 // The seam between the engine and gRPC. Every method but TakeResult is
 // called without the engine's lock held.
@@ -243,9 +271,10 @@ class CallEngine {
   // decided (serve it now), else parks it and returns null.
   const FinalOutcome* Park(Batches::value_type batch) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // For tests: attempts started, and whether the call is decided.
+  // For tests: attempts started, whether the call is decided, its state.
   int attempts() const ABSL_LOCKS_EXCLUDED(mu_);
   bool done() const ABSL_LOCKS_EXCLUDED(mu_);
+  EngineState state() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // What starts an attempt: the call's start, a timer, or the policy after
@@ -312,6 +341,10 @@ class CallEngine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The terminal trace event, the give-up hook, then the batches.
   void Conclude(const Ending& ending) ABSL_LOCKS_EXCLUDED(mu_);
+  // Assigns state_ from the facts just changed by `event` (on `attempt`,
+  // 0 for none), and traces the change (RPCGUARD_TRACE=engine).
+  void NoteLocked(absl::string_view event, int attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes a trace line for `event` (time, call id, strings filled here;
   // the message from `status`, if given).
   void Trace(TraceEvent& event, const grpc::Status* status) const;
@@ -336,6 +369,7 @@ class CallEngine {
   std::optional<SentOnceAttemptPolicy> once_ ABSL_GUARDED_BY(mu_);
   AttemptPolicy* policy_impl_ ABSL_GUARDED_BY(mu_) = nullptr;
 
+  EngineState state_ ABSL_GUARDED_BY(mu_) = EngineState::kIdle;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool refreshing_ ABSL_GUARDED_BY(mu_) = false;

@@ -234,6 +234,68 @@ TEST_F(CallEngineTest, ARetriableFailureWaitsOutItsBackoffThenRetries) {
   EXPECT_EQ(lines_[1].idempotency_key, "key-1");
 }
 
+// The state is one field that every transition assigns; with
+// RPCGUARD_TRACE=engine each change is one line naming the call, the
+// attempt and the event.
+TEST_F(CallEngineTest, EveryTransitionAssignsTheStateAndIsTraced) {
+  std::vector<std::string> trace;
+  SetEngineTraceForTest(
+      [&trace](absl::string_view line) { trace.emplace_back(line); });
+  Make(kRetry, /*refresher=*/true);
+  NewCall();
+  EXPECT_EQ(engine_->state(), EngineState::kIdle);
+  EngineState during_send = EngineState::kIdle;
+  io_.during_send = [&](const std::shared_ptr<EngineAttempt>&) {
+    during_send = engine_->state();
+  };
+  engine_->Start();
+  EXPECT_EQ(during_send, EngineState::kSending);
+  EXPECT_EQ(engine_->state(), EngineState::kInFlight);
+  End(1, grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(engine_->state(), EngineState::kRefreshing);
+  engine_->OnRefreshed(RefreshedCredentials{});
+  EXPECT_EQ(engine_->state(), EngineState::kInFlight);
+  End(2, grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(engine_->state(), EngineState::kWaiting);
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  EXPECT_EQ(engine_->state(), EngineState::kInFlight);
+  End(3, grpc::StatusCode::OK);
+  EXPECT_EQ(engine_->state(), EngineState::kDone);
+  SetEngineTraceForTest(nullptr);
+  const std::vector<std::string> want = {
+      "rpcguard engine: call=7 attempt=1 idle -> sending on send",
+      "rpcguard engine: call=7 attempt=1 sending -> in_flight on sent",
+      "rpcguard engine: call=7 attempt=1 in_flight -> refreshing on "
+      "attempt_end",
+      "rpcguard engine: call=7 attempt=0 refreshing -> waiting on refreshed",
+      "rpcguard engine: call=7 attempt=2 waiting -> sending on send",
+      "rpcguard engine: call=7 attempt=2 sending -> in_flight on sent",
+      "rpcguard engine: call=7 attempt=2 in_flight -> waiting on attempt_end",
+      "rpcguard engine: call=7 attempt=3 waiting -> sending on send",
+      "rpcguard engine: call=7 attempt=3 sending -> in_flight on sent",
+      "rpcguard engine: call=7 attempt=3 in_flight -> done on finish",
+  };
+  EXPECT_EQ(trace, want);
+}
+
+// A riding call's attempt 1 is in flight from the start; a cancel with
+// nothing in flight ends the call.
+TEST_F(CallEngineTest, ARideStartsInFlightAndACancelWhileWaitingEndsIt) {
+  Make(kRetry);
+  NewCall();
+  std::shared_ptr<EngineAttempt> ride =
+      engine_->RideFirstAttempt(std::nullopt, clock_.MonotonicNow());
+  EXPECT_EQ(engine_->state(), EngineState::kInFlight);
+  AttemptReport r;
+  r.status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "down");
+  engine_->OnAttemptDone(ride.get(), r, nullptr);
+  EXPECT_EQ(engine_->state(), EngineState::kWaiting);
+  engine_->Cancel();
+  Fire(io_.Active(TimerKind::kCancel).at(0));
+  EXPECT_EQ(engine_->state(), EngineState::kDone);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+}
+
 TEST_F(CallEngineTest, AFatalFailureEndsTheCallAtOnce) {
   Make(kRetry);
   NewCall();
