@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "proto/rpcguard/testing/v1/fault.pb.h"
+#include "rpcguard/base/method_cache.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/config.h"
 #include "rpcguard/decision/policy.h"
@@ -28,7 +29,6 @@
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/registry.h"
 #include "rpcguard/destination/retry_budget.h"
-#include "rpcguard/internal/base/method_cache.h"
 #include "rpcguard/random.h"
 
 namespace rpcguard {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "rpcguard/internal/base/json.h"
+#include "rpcguard/base/json.h"
 #include "rpcguard/observability/trace_fields.h"
 
 namespace rpcguard {

@@ -15,10 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "rpcguard/config_reader.h"  // private to :config
+#include "rpcguard/config_reader/config_reader.h"  // private to :config
+#include "rpcguard/config_reader/policy_fields.h"  // private to :config
 #include "rpcguard/decision/call_plan.h"
 #include "rpcguard/observability/trace.h"
-#include "rpcguard/policy_fields.h"  // private to :config
 #include "rpcguard/proto_options.h"
 
 namespace rpcguard {

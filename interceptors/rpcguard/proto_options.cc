@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/rpcguard/v1/options.pb.h"
-#include "rpcguard/json_fields.h"    // private to :config
-#include "rpcguard/policy_fields.h"  // private to :config
+#include "rpcguard/config_reader/json_fields.h"    // private to :config
+#include "rpcguard/config_reader/policy_fields.h"  // private to :config
 
 namespace rpcguard {
 absl::StatusOr<ProtoPolicies> ReadProtoPolicies(

@@ -7,9 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/breaker_impl.h"
-#include "rpcguard/internal/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {

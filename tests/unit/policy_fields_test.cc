@@ -5,7 +5,7 @@
 // value, and the bits the list derives are what the table and the resolver
 // rely on.
 
-#include "rpcguard/policy_fields.h"
+#include "rpcguard/config_reader/policy_fields.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/text_format.h>

@@ -36,11 +36,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/clock.h"
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/decision/status_class.h"
-#include "rpcguard/internal/base/mutex.h"
 
 namespace rpcguard {
 

@@ -48,9 +48,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
+#include "rpcguard/base/sliding_window.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/sliding_window.h"
 #include "rpcguard/random.h"
 
 namespace rpcguard {

@@ -53,10 +53,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpcguard/base/mutex.h"
+#include "rpcguard/base/sliding_window.h"
 #include "rpcguard/destination/breaker_impl.h"
 #include "rpcguard/destination/option_checks.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/sliding_window.h"
 
 namespace rpcguard {
 

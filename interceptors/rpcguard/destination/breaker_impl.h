@@ -19,9 +19,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
+#include "rpcguard/base/sliding_window.h"
 #include "rpcguard/destination/breaker.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/sliding_window.h"
 
 namespace rpcguard {
 

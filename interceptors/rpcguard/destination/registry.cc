@@ -16,7 +16,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/base/mutex.h"
 
 namespace rpcguard {
 

@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "rpcguard/base/mutex.h"
+#include "rpcguard/base/sliding_window.h"
 #include "rpcguard/destination/option_checks.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/sliding_window.h"
 
 namespace rpcguard {
 

@@ -26,8 +26,8 @@
 #define RPCGUARD_TESTING_FAKE_CLOCK_H_
 
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/base/mutex.h"
 
 namespace rpcguard {
 namespace testing {

@@ -32,10 +32,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "rpcguard/base/method_cache.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/destination/registry.h"
-#include "rpcguard/internal/base/method_cache.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/timer_queue.h"
 

@@ -43,7 +43,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/internal/grpc/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"

@@ -25,10 +25,10 @@
 #include <string>
 #include <utility>
 
+#include "rpcguard/base/mutex.h"
+#include "rpcguard/base/uuid.h"
 #include "rpcguard/decision/call_plan.h"
 #include "rpcguard/decision/call_policy.h"
-#include "rpcguard/internal/base/mutex.h"
-#include "rpcguard/internal/base/uuid.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/call_policy_carrier.h"
 #include "rpcguard/internal/grpc/deadline.h"

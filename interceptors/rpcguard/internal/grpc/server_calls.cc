@@ -10,7 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {

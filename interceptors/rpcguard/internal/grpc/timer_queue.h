@@ -27,8 +27,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/clock.h"
-#include "rpcguard/internal/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {

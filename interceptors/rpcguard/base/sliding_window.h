@@ -18,8 +18,8 @@
 // Internal to rpcguard. SlidingWindow is thread-compatible (the owner locks);
 // StripedWindow is thread-safe.
 
-#ifndef RPCGUARD_INTERNAL_BASE_SLIDING_WINDOW_H_
-#define RPCGUARD_INTERNAL_BASE_SLIDING_WINDOW_H_
+#ifndef RPCGUARD_BASE_SLIDING_WINDOW_H_
+#define RPCGUARD_BASE_SLIDING_WINDOW_H_
 
 #include <algorithm>
 #include <atomic>
@@ -30,7 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -202,4 +202,4 @@ class StripedWindow {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_SLIDING_WINDOW_H_
+#endif  // RPCGUARD_BASE_SLIDING_WINDOW_H_

@@ -14,8 +14,8 @@
 // Strings are bytes: escapes are decoded (\u as UTF-8), other bytes are kept
 // as they are, without checking that they form UTF-8.
 
-#ifndef RPCGUARD_INTERNAL_BASE_JSON_H_
-#define RPCGUARD_INTERNAL_BASE_JSON_H_
+#ifndef RPCGUARD_BASE_JSON_H_
+#define RPCGUARD_BASE_JSON_H_
 
 #include <cstddef>
 #include <string>
@@ -88,4 +88,4 @@ bool ReadJsonEscape(absl::string_view text, size_t* pos, std::string* out,
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_JSON_H_
+#endif  // RPCGUARD_BASE_JSON_H_

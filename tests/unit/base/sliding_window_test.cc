@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/internal/base/sliding_window.h"
+#include "rpcguard/base/sliding_window.h"
 
 #include <algorithm>
 #include <cstdint>

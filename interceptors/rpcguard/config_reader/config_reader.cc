@@ -11,7 +11,7 @@
 // extensions) and the objects' shapes. Every error is collected with its
 // JSON path (internal/json_fields.h) and all are returned together.
 
-#include "rpcguard/config_reader.h"  // private to :config
+#include "rpcguard/config_reader/config_reader.h"  // private to :config
 
 #include <cmath>
 #include <cstdint>
@@ -27,10 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
-#include "rpcguard/internal/base/json.h"
-#include "rpcguard/json_fields.h"  // private to :config
+#include "rpcguard/base/json.h"
+#include "rpcguard/config_reader/json_fields.h"    // private to :config
+#include "rpcguard/config_reader/policy_fields.h"  // private to :config
 #include "rpcguard/observability/correlation.h"
-#include "rpcguard/policy_fields.h"  // private to :config
 
 namespace rpcguard {
 namespace {

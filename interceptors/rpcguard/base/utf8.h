@@ -2,8 +2,8 @@
 //
 // UTF-8 encoding for the JSON readers (config, trace reader). Internal.
 
-#ifndef RPCGUARD_INTERNAL_BASE_UTF8_H_
-#define RPCGUARD_INTERNAL_BASE_UTF8_H_
+#ifndef RPCGUARD_BASE_UTF8_H_
+#define RPCGUARD_BASE_UTF8_H_
 
 #include <cstdint>
 #include <string>
@@ -34,4 +34,4 @@ inline void AppendUtf8(uint32_t cp, std::string* out) {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_UTF8_H_
+#endif  // RPCGUARD_BASE_UTF8_H_

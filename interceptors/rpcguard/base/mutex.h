@@ -18,8 +18,8 @@
 // absl::Mutex where contention cannot matter (sinks, stats registration,
 // test doubles). Internal to rpcguard.
 
-#ifndef RPCGUARD_INTERNAL_BASE_MUTEX_H_
-#define RPCGUARD_INTERNAL_BASE_MUTEX_H_
+#ifndef RPCGUARD_BASE_MUTEX_H_
+#define RPCGUARD_BASE_MUTEX_H_
 
 #include <mutex>
 
@@ -79,4 +79,4 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_MUTEX_H_
+#endif  // RPCGUARD_BASE_MUTEX_H_

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/internal/base/json.h"
+#include "rpcguard/base/json.h"
 
 #include <cmath>
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "rpcguard/internal/base/utf8.h"
+#include "rpcguard/base/utf8.h"
 
 namespace rpcguard {
 namespace internal {

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/internal/base/method_cache.h"
+#include "rpcguard/base/method_cache.h"
 
 #include <gtest/gtest.h>
 

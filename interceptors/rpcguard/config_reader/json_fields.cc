@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/json_fields.h"  // private to :config
+#include "rpcguard/config_reader/json_fields.h"  // private to :config
 
 #include <cmath>
 

@@ -6,8 +6,8 @@
 // mistakes), and readers of single values (durations, counts, status codes)
 // that report into it. Not API.
 
-#ifndef RPCGUARD_INTERNAL_JSON_FIELDS_H_
-#define RPCGUARD_INTERNAL_JSON_FIELDS_H_
+#ifndef RPCGUARD_CONFIG_READER_JSON_FIELDS_H_
+#define RPCGUARD_CONFIG_READER_JSON_FIELDS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/json.h"
 #include "rpcguard/decision/status_class.h"
-#include "rpcguard/internal/base/json.h"
 
 namespace rpcguard {
 namespace internal {
@@ -122,4 +122,4 @@ uint64_t ReadMembers(const Json& v, const std::string& path,
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_JSON_FIELDS_H_
+#endif  // RPCGUARD_CONFIG_READER_JSON_FIELDS_H_

@@ -3,8 +3,8 @@
 // Reading a JSON config into its entries, before any resolution: Config
 // keeps them and resolves a method's policy from them. Private to :config.
 
-#ifndef RPCGUARD_CONFIG_READER_H_
-#define RPCGUARD_CONFIG_READER_H_
+#ifndef RPCGUARD_CONFIG_READER_CONFIG_READER_H_
+#define RPCGUARD_CONFIG_READER_CONFIG_READER_H_
 
 #include <optional>
 #include <string>
@@ -35,4 +35,4 @@ absl::StatusOr<ConfigEntries> ReadConfigJson(absl::string_view json);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_CONFIG_READER_H_
+#endif  // RPCGUARD_CONFIG_READER_CONFIG_READER_H_

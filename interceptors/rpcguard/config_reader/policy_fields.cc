@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/policy_fields.h"  // private to :config
+#include "rpcguard/config_reader/policy_fields.h"  // private to :config
 
 #include <algorithm>
 #include <iterator>

@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/internal/base/json.h"
+#include "rpcguard/base/json.h"
 
 #include <cmath>
 #include <string>

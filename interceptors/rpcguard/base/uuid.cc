@@ -1,6 +1,6 @@
 // Copyright rpcguard authors.
 
-#include "rpcguard/internal/base/uuid.h"
+#include "rpcguard/base/uuid.h"
 
 #include <cstdint>
 #include <cstring>

@@ -9,18 +9,18 @@
 // in policy.h, a row here (the compiler refuses a list entry without its
 // row) and, if it has one, its field in options.proto. Not API.
 
-#ifndef RPCGUARD_INTERNAL_POLICY_FIELDS_H_
-#define RPCGUARD_INTERNAL_POLICY_FIELDS_H_
+#ifndef RPCGUARD_CONFIG_READER_POLICY_FIELDS_H_
+#define RPCGUARD_CONFIG_READER_POLICY_FIELDS_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "rpcguard/base/json.h"
 #include "rpcguard/config.h"
+#include "rpcguard/config_reader/json_fields.h"
 #include "rpcguard/decision/policy.h"
-#include "rpcguard/internal/base/json.h"
-#include "rpcguard/json_fields.h"
 
 namespace rpcguard {
 namespace v1 {
@@ -84,4 +84,4 @@ void ReadPolicyOption(const v1::MethodPolicy& in, const std::string& where,
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_POLICY_FIELDS_H_
+#endif  // RPCGUARD_CONFIG_READER_POLICY_FIELDS_H_

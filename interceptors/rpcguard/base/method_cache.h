@@ -27,8 +27,8 @@
 //
 // Internal to rpcguard.
 
-#ifndef RPCGUARD_INTERNAL_BASE_METHOD_CACHE_H_
-#define RPCGUARD_INTERNAL_BASE_METHOD_CACHE_H_
+#ifndef RPCGUARD_BASE_METHOD_CACHE_H_
+#define RPCGUARD_BASE_METHOD_CACHE_H_
 
 #include <atomic>
 #include <cstddef>
@@ -41,7 +41,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
-#include "rpcguard/internal/base/mutex.h"
+#include "rpcguard/base/mutex.h"
 
 namespace rpcguard {
 namespace internal {
@@ -284,4 +284,4 @@ class SharedMemo {
 }  // namespace internal
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_METHOD_CACHE_H_
+#endif  // RPCGUARD_BASE_METHOD_CACHE_H_

@@ -1,7 +1,7 @@
 // Copyright rpcguard authors.
 
-#ifndef RPCGUARD_INTERNAL_BASE_UUID_H_
-#define RPCGUARD_INTERNAL_BASE_UUID_H_
+#ifndef RPCGUARD_BASE_UUID_H_
+#define RPCGUARD_BASE_UUID_H_
 
 #include <string>
 
@@ -15,4 +15,4 @@ std::string NewUuidV4(Random& random);
 
 }  // namespace rpcguard
 
-#endif  // RPCGUARD_INTERNAL_BASE_UUID_H_
+#endif  // RPCGUARD_BASE_UUID_H_
