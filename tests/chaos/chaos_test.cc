@@ -456,6 +456,11 @@ struct CallRecord {
   std::string attempts_trailer ABSL_GUARDED_BY(mu);
   // Set by the canceller, after TryCancel() returned.
   absl::Time cancelled_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  // Set by the caller just before its stub call: a cancel scheduled within
+  // 2 ms of `start` may come before the call exists (TryCancel on a fresh
+  // context), and gRPC then still runs the call's hooks, attempt 1's
+  // included, when the caller gets to it.
+  absl::Time issued ABSL_GUARDED_BY(mu) = absl::InfinitePast();
 };
 
 // What a call in flight owns; shared by its caller and the canceller.
@@ -466,6 +471,11 @@ struct InFlight {
   FaultReply reply;
   std::atomic<bool> done{false};
 };
+
+void MarkIssued(CallRecord& r) {
+  absl::MutexLock lock(&r.mu);
+  r.issued = absl::Now();
+}
 
 // What the server saw of one op in one of its lives.
 struct ServerOp {
@@ -825,6 +835,7 @@ void Chaos::SyncCaller() {
     }
     std::shared_ptr<InFlight> call = NewCall(Api::kSync, gen);
     grpc::Status s;
+    MarkIssued(*call->record);
     switch (call->record->method) {
       case Method::kGet:
         s = stub_->Get(&call->ctx, call->req, &call->reply);
@@ -871,6 +882,7 @@ void Chaos::CallbackCaller(int index) {
       --lane->in_flight;
     };
     InFlight* c = call.get();
+    MarkIssued(*c->record);
     switch (c->record->method) {
       case Method::kGet:
         stub_->async()->Get(&c->ctx, &c->req, &c->reply, done);
@@ -1295,7 +1307,11 @@ int64_t Chaos::CheckAndReport() {
           r.method == Method::kGet || r.method == Method::kCharge;
       for (const AttemptRecord& a : attempts) {
         if (a.start <= r.cancelled_at) continue;
-        const absl::Duration after = a.start - r.cancelled_at;
+        // rpcguard can act on a cancel only once the call exists: a cancel
+        // before the caller issued the call counts from the issue (its
+        // attempt 1 runs then, on the caller's thread, already cancelled).
+        const absl::Time known = std::max(r.cancelled_at, r.issued);
+        const absl::Duration after = a.start - known;
         int number = 0;
         const bool numbered = absl::SimpleAtoi(a.number, &number);
         // A retry's backoff that had not ended at the cancel: only the
@@ -1305,8 +1321,7 @@ int64_t Chaos::CheckAndReport() {
                                    : absl::InfinitePast();
         // A legitimate race started late only when the process stalled.
         if (after > kCancelRaceSlack &&
-            after - kCancelRaceSlack >
-                stalls_.StalledWithin(r.cancelled_at, a.start)) {
+            after - kCancelRaceSlack > stalls_.StalledWithin(known, a.start)) {
           cancel.Fail(absl::StrCat(r.op_id, " attempt ", a.number, " started ",
                                    absl::FormatDuration(after),
                                    " after the cancel"));
