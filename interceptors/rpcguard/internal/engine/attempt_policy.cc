@@ -2,8 +2,23 @@
 
 #include "rpcguard/internal/engine/attempt_policy.h"
 
+#include <algorithm>
+#include <utility>
+
 namespace rpcguard {
 namespace internal {
+
+SendTerms AttemptPolicy::TermsFor(bool first,
+                                  std::optional<RetryCharge> /*replaces*/,
+                                  RetryCharge next_charge,
+                                  bool next_waits) const {
+  SendTerms terms;
+  if (!first) {
+    terms.charge = next_charge;
+    terms.waits = next_waits;
+  }
+  return terms;
+}
 
 PolicyStep RetryAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
                                             absl::BitGenRef gen) {
@@ -98,11 +113,54 @@ HedgeAttemptPolicy::HedgeAttemptPolicy(const HedgingPolicy& policy,
                                        absl::Duration delay,
                                        const RetryController* controller,
                                        Clock* clock,
-                                       absl::Duration min_attempt_time)
+                                       absl::Duration min_attempt_time,
+                                       RetryBudget* hedge_budget)
     : policy_(policy),
+      hedge_budget_(hedge_budget),
       controller_(controller),
       clock_(clock),
       hedge_(policy, delay, controller->deadline(), clock, min_attempt_time) {}
+
+PolicyStep HedgeAttemptPolicy::Start() {
+  PolicyStep step;
+  step.timer = hedge_.Start();
+  step.arm_deadline = step.timer == absl::InfiniteFuture();
+  return step;
+}
+
+SendTerms HedgeAttemptPolicy::TermsFor(bool first,
+                                       std::optional<RetryCharge> replaces,
+                                       RetryCharge /*next_charge*/,
+                                       bool /*next_waits*/) const {
+  SendTerms terms;
+  if (first) {
+    terms.counts_first = hedge_budget_;
+    return terms;
+  }
+  terms.traced = true;
+  if (replaces.has_value()) {
+    terms.charge = *replaces;
+  } else {
+    terms.budget = hedge_budget_;
+  }
+  return terms;
+}
+
+void HedgeAttemptPolicy::Annotate(TraceEvent& terminal, int decided_by,
+                                  std::vector<int> others) const {
+  terminal.copy = decided_by;
+  std::sort(others.begin(), others.end());
+  terminal.cancelled = std::move(others);
+}
+
+std::optional<CallSummary> HedgeAttemptPolicy::Summary(int attempts, bool ok,
+                                                       int decided_by) const {
+  CallSummary summary;
+  summary.copies = attempts;
+  summary.later_won = ok && decided_by > 1;
+  summary.delay = hedge_.delay();
+  return summary;
+}
 
 PolicyStep HedgeAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
                                             absl::BitGenRef /*gen*/) {
@@ -164,9 +222,11 @@ PolicyStep HedgeAttemptPolicy::OnTimer() {
 PolicyStep HedgeAttemptPolicy::OnRefused(GiveUpReason refused, bool replaces) {
   stop_ = refused;
   const HedgeController::Step s = hedge_.OnRefused(/*hedge=*/!replaces);
+  // Other copies may still run; when none does, the last failure stands.
   PolicyStep step;
   step.done = s.done;
   step.reason = refused;
+  step.last_failure_stands = true;
   return step;
 }
 

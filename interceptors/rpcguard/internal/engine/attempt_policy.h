@@ -17,13 +17,17 @@
 //                       sent once): its end is the call's, with the reason a
 //                       hijacked call would give
 //
-// Both are thread-compatible: the engine calls them under its lock. Neither
+// The engine never asks which policy it runs: what differs (which budget
+// pays, what the terminal line names, the stats of a hedged call) is asked
+// of the policy. All are thread-compatible: the engine calls them under its
+// lock (TermsFor, pure, also outside it). Neither
 // touches gRPC call objects; time comes from the injected clock.
 
 #ifndef RPCGUARD_INTERNAL_ATTEMPT_POLICY_H_
 #define RPCGUARD_INTERNAL_ATTEMPT_POLICY_H_
 
 #include <optional>
+#include <vector>
 
 #include "absl/random/bit_gen_ref.h"
 #include "absl/time/time.h"
@@ -83,13 +87,56 @@ struct PolicyStep {
   // Whether the parent call needs watching now (nothing in flight carries
   // it while the call waits).
   bool idle = false;
+  // After Start: the engine keeps the caller's deadline itself from now on
+  // (copies side by side: no one attempt carries it).
+  bool arm_deadline = false;
+  // After OnRefused, done: the last attempt's failure is the call's answer
+  // (a fail-fast in the retriable class); otherwise the refusal's own.
+  bool last_failure_stands = false;
+};
+
+// How the next attempt is paid for and traced (AttemptPolicy::TermsFor).
+struct SendTerms {
+  // Paid by this budget, not the destination's retry budget, its grant
+  // final (nothing to settle at the attempt's end); null: the retry budget.
+  RetryBudget* budget = nullptr;
+  RetryCharge charge = RetryCharge::kUpFront;
+  // Whether the attempt waits for the connection (wait_for_ready).
+  bool waits = false;
+  // Whether its start is traced (a `hedge` line).
+  bool traced = false;
+  // A budget that counts the call's first attempt as its base, if any.
+  RetryBudget* counts_first = nullptr;
+};
+
+// A call's summary as the policy sees it, for stats (a hedged call's).
+struct CallSummary {
+  int copies = 0;
+  bool later_won = false;
+  absl::Duration delay;
 };
 
 class AttemptPolicy {
  public:
   virtual ~AttemptPolicy() = default;
-  // Attempt 1 was sent: when to ask again (InfiniteFuture: never).
-  virtual absl::Time Start() = 0;
+  // Attempt 1 was sent: the step's `timer`, when to ask again
+  // (InfiniteFuture: never), and `arm_deadline`.
+  virtual PolicyStep Start() = 0;
+  // The terms of an attempt about to be sent: the first, or a later one
+  // (`replaces`: as the last step said; `next_charge`, `next_waits`: a
+  // retry's, from the step that scheduled it). Pure: reads no state that
+  // changes.
+  virtual SendTerms TermsFor(bool first, std::optional<RetryCharge> replaces,
+                             RetryCharge next_charge, bool next_waits) const;
+  // The call is decided, by attempt `decided_by` (0: none), with `others`
+  // (their numbers) cancelled: what the terminal line says of the policy.
+  virtual void Annotate(TraceEvent& /*terminal*/, int /*decided_by*/,
+                        std::vector<int> /*others*/) const {}
+  // The call's summary for stats, if the policy keeps one.
+  virtual std::optional<CallSummary> Summary(int /*attempts*/, bool /*ok*/,
+                                             int /*decided_by*/) const {
+    return std::nullopt;
+  }
   // The number the next attempt gets.
   virtual int NextNumber() const = 0;
   // An attempt ended (not after the call was decided).
@@ -100,8 +147,6 @@ class AttemptPolicy {
   // An attempt after the first, asked for by the last step (`replaces`:
   // whether it replaced a failure), was refused by the gate for `refused`.
   virtual PolicyStep OnRefused(GiveUpReason refused, bool replaces) = 0;
-  // Whether the call sends copies side by side (hedging).
-  virtual bool hedging() const = 0;
   // A stream committed to the attempt in flight (gRFC A6): from now on its
   // end is the call's, never retried. Streams are not hedged: a hedging
   // policy ignores it.
@@ -114,12 +159,11 @@ class RetryAttemptPolicy final : public AttemptPolicy {
   RetryAttemptPolicy(RetryController* controller, DestinationGates gates)
       : controller_(controller), gates_(gates) {}
 
-  absl::Time Start() override { return absl::InfiniteFuture(); }
+  PolicyStep Start() override { return PolicyStep{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;
   PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
-  bool hedging() const override { return false; }
   void Commit() override { committed_ = true; }
 
  private:
@@ -144,13 +188,12 @@ class SentOnceAttemptPolicy final : public AttemptPolicy {
         may_repeat_(may_repeat),
         why_(why == GiveUpReason::kNone ? GiveUpReason::kMaxAttempts : why) {}
 
-  absl::Time Start() override { return absl::InfiniteFuture(); }
+  PolicyStep Start() override { return PolicyStep{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   // Never asked: a call sent once sets no timer and sends nothing more.
   PolicyStep OnTimer() override;
   PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
-  bool hedging() const override { return false; }
 
  private:
   RetryController* const controller_;
@@ -161,21 +204,31 @@ class SentOnceAttemptPolicy final : public AttemptPolicy {
 class HedgeAttemptPolicy final : public AttemptPolicy {
  public:
   // `policy`, `controller` (for the deadline) and `clock` must outlive it.
+  // `hedge_budget`: pays for each copy beside those in flight (null: none).
   HedgeAttemptPolicy(const HedgingPolicy& policy, absl::Duration delay,
                      const RetryController* controller, Clock* clock,
-                     absl::Duration min_attempt_time);
+                     absl::Duration min_attempt_time,
+                     RetryBudget* hedge_budget);
 
-  absl::Time Start() override { return hedge_.Start(); }
+  PolicyStep Start() override;
   int NextNumber() const override { return hedge_.started(); }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;
   PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
-  bool hedging() const override { return true; }
-
-  absl::Duration delay() const { return hedge_.delay(); }
+  // A copy beside those in flight is extra load, paid by the hedge budget;
+  // one that replaces a failure is a retry in all but name, paid by the
+  // retry budget as `replaces` says. Copies never wait for the connection.
+  SendTerms TermsFor(bool first, std::optional<RetryCharge> replaces,
+                     RetryCharge next_charge, bool next_waits) const override;
+  // The terminal line names the deciding copy and those cancelled.
+  void Annotate(TraceEvent& terminal, int decided_by,
+                std::vector<int> others) const override;
+  std::optional<CallSummary> Summary(int attempts, bool ok,
+                                     int decided_by) const override;
 
  private:
   const HedgingPolicy& policy_;
+  RetryBudget* const hedge_budget_;
   const RetryController* const controller_;
   Clock* const clock_;
   HedgeController hedge_;

@@ -80,8 +80,7 @@ void WriteEngineTrace(absl::string_view line) {
   if (t.sink) {
     t.sink(line);
   } else {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()),
-                 line.data());
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   }
 }
 
@@ -114,13 +113,13 @@ void SetEngineTraceForTest(std::function<void(absl::string_view)> sink) {
 }
 
 void CallEngine::NoteLocked(absl::string_view event, int attempt) {
-  const EngineState next =
-      done_                                  ? EngineState::kDone
-      : refreshing_                          ? EngineState::kRefreshing
-      : sending_ > 0                         ? EngineState::kSending
-      : !attempts_.empty()                   ? EngineState::kInFlight
-      : first_sent_ == absl::InfinitePast()  ? EngineState::kIdle
-                                             : EngineState::kWaiting;
+  const EngineState next = done_                ? EngineState::kDone
+                           : refreshing_        ? EngineState::kRefreshing
+                           : sending_ > 0       ? EngineState::kSending
+                           : !attempts_.empty() ? EngineState::kInFlight
+                           : first_sent_ == absl::InfinitePast()
+                               ? EngineState::kIdle
+                               : EngineState::kWaiting;
   if (next == state_) return;
   const EngineState from = state_;
   state_ = next;
@@ -146,7 +145,6 @@ CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
       policy_(call_override ? call_override->policy : method.resolved.policy),
       verbosity_(call_override ? call_override->verbosity : std::nullopt),
       call_id_(call_id),
-      hedging_(hedging && !sent_once && policy_.hedging.has_value()),
       controller_(policy_, may_repeat, deadline, factory.clock()),
       deadline_(controller_.deadline()) {
   // One attempt: no refresh, which would send a second.
@@ -155,10 +153,11 @@ CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
   if (sent_once) {
     once_.emplace(&controller_, may_repeat, *sent_once);
     policy_impl_ = &*once_;
-  } else if (hedging_) {
+  } else if (hedging && policy_.hedging.has_value()) {
     const HedgingPolicy& hedge = *policy_.hedging;
     hedge_.emplace(hedge, HedgeDelay(hedge, method_.latency.get()),
-                   &controller_, factory_.clock(), policy_.min_attempt_time);
+                   &controller_, factory_.clock(), policy_.min_attempt_time,
+                   method_.hedge_budget.get());
     policy_impl_ = &*hedge_;
   } else {
     retry_.emplace(&controller_, method_.gates());
@@ -229,43 +228,37 @@ const FinalOutcome* CallEngine::Park(Batches::value_type batch) {
 
 void CallEngine::SendAttempt(SendKind kind,
                              std::optional<RetryCharge> replaces) {
+  const bool first = kind == SendKind::kFirst;
   int number = 1;
   bool cancelled = false;
-  RetryCharge charge = RetryCharge::kUpFront;
+  RetryCharge next_charge = RetryCharge::kUpFront;
+  bool next_waits = false;
   std::optional<Admission> deferred;
-  if (kind == SendKind::kNext) {
+  if (!first) {
     internal::MutexLock lock(&mu_);
     if (done_) return;
     number = policy_impl_->NextNumber();
     cancelled = cancelled_;
-    charge = next_charge_;
+    next_charge = next_charge_;
+    next_waits = next_waits_;
     deferred = std::move(deferred_failure_);
     deferred_failure_.reset();
   }
   // Attempt 1 reads nothing under the lock: the second look below sees a
   // cancel or an end that came meanwhile.
   const absl::Duration remaining = deadline_ - Now();
-  // Which budget pays: a hedge (a copy beside those in flight) is extra
-  // load, paid by the hedge budget; a copy that replaces a failure is a
-  // retry in all but name, paid by the retry budget as `replaces` says.
+  // Which budget pays, and how: the policy's terms (pure, so asked here).
+  const SendTerms terms =
+      policy_impl_->TermsFor(first, replaces, next_charge, next_waits);
   DestinationGates gates = method_.gates();
-  const bool hedge = hedging_ && kind == SendKind::kNext;
-  if (hedge) {
-    if (replaces.has_value()) {
-      charge = *replaces;
-    } else {
-      gates.budget = method_.hedge_budget.get();
-      charge = RetryCharge::kUpFront;
-    }
-  }
+  if (terms.budget != nullptr) gates.budget = terms.budget;
   // Outside mu_: the breaker may call transition listeners.
   AttemptStart start =
-      BeforeAttempt(number, cancelled, remaining, gates, charge);
-  // A hedge budget's grant is paid up front; there is nothing to settle.
-  if (hedge && !replaces.has_value()) start.charge.reset();
-  if (start.refused == GiveUpReason::kNone && hedging_ &&
-      kind == SendKind::kFirst && method_.hedge_budget != nullptr) {
-    method_.hedge_budget->RecordFirstAttempt();
+      BeforeAttempt(number, cancelled, remaining, gates, terms.charge);
+  // Another budget's grant is final; there is nothing to settle.
+  if (terms.budget != nullptr) start.charge.reset();
+  if (start.refused == GiveUpReason::kNone && terms.counts_first != nullptr) {
+    terms.counts_first->RecordFirstAttempt();
   }
   if (deferred.has_value()) {
     RecordDeferredFailure(gates, *deferred, start.refused);
@@ -295,7 +288,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->number = number;
         attempt->admission = std::move(start.admission);
         attempt->charge = start.charge;
-        attempt->wait_for_connection = !hedging_ && next_waits_;
+        attempt->wait_for_connection = terms.waits;
         attempt->deadline = controller_.StartAttempt();
         attempt->sent = controller_.Now();
         if (number == 1) first_sent_ = attempt->sent;
@@ -306,18 +299,14 @@ void CallEngine::SendAttempt(SendKind kind,
         NoteLocked("send", number);
         if (in_flight_ == nullptr) in_flight_ = io_->Hold();
         refreshed = refreshed_;
-        if (kind == SendKind::kFirst) {
-          const absl::Time timer = policy_impl_->Start();
-          if (timer != absl::InfiniteFuture()) {
-            a.timer = timer;
-          } else if (hedging_) {
-            a.arm_deadline = true;
-          }
+        if (first) {
+          const PolicyStep step = policy_impl_->Start();
+          a.timer = step.timer;
+          a.arm_deadline = step.arm_deadline;
         }
       } else {
         attempt.reset();
-        RefusedLocked(refused, start, kind == SendKind::kFirst,
-                      replaces.has_value(), a);
+        RefusedLocked(refused, start, first, replaces.has_value(), a);
       }
     }
   }
@@ -331,7 +320,7 @@ void CallEngine::SendAttempt(SendKind kind,
   // Send returns.
   const std::shared_ptr<void> context = attempt->context;
   io_->Send(attempt, refreshed);
-  if (hedge) TraceHedgeSent(number);
+  if (terms.traced) TraceHedgeSent(number);
 
   bool cancel_now;
   std::optional<Ending> ending;
@@ -364,15 +353,12 @@ void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
   }
   if (!first) {
     const PolicyStep step = policy_impl_->OnRefused(refused, replaces);
-    if (hedging_) {
-      // Other copies may still run; when none does, the last failure
-      // stands.
-      if (step.done) {
-        // The next copy was not sent: a fail-fast, as for a retry (the
-        // last copy's end was its own line, and counted there).
-        FinishLocked(last_status_, refused, last_attempt_.get(),
-                     TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
-      }
+    if (!step.done) return;  // other attempts still run
+    if (step.last_failure_stands) {
+      // The next attempt was not sent: a fail-fast (the last attempt's
+      // end was its own line, and counted there).
+      FinishLocked(last_status_, refused, last_attempt_.get(),
+                   TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
       return;
     }
   }
@@ -491,7 +477,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
         a.replaces = step.replaces;
         a.timer = step.timer;
         a.watch_parent = step.idle;
-        line.attempt = hedging_ ? attempt->number : controller_.attempts();
+        line.attempt = attempt->number;
         line.code = status.error_code();
         line.status_class = step.status_class;
         line.decision = step.decision;
@@ -579,9 +565,10 @@ void CallEngine::Act(Actions& a) {
   const int cancelled = static_cast<int>(a.cancel.size());
   a.cancel.clear();
   for (const auto& timer : a.cancel_timers) io_->CancelTimer(timer);
-  if (a.hedge_stats) {
-    factory_.stats()->RecordHedgedCall(method_.stats, a.copies, a.later_won,
-                                       cancelled, a.delay);
+  if (a.summary.has_value()) {
+    factory_.stats()->RecordHedgedCall(method_.stats, a.summary->copies,
+                                       a.summary->later_won, cancelled,
+                                       a.summary->delay);
   }
   if (a.ending.has_value()) Conclude(*a.ending);
   if (a.watch_parent) io_->WatchParent();
@@ -809,13 +796,12 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
     terminal.commit = *commit_;
   }
   // Whatever is still in flight but `keep` is cancelled: the call is
-  // decided. A hedged call's terminal line names the copy that decided it
-  // and those it cancels.
-  if (hedging_) {
-    terminal.copy = last != nullptr   ? last->number
-                    : keep != nullptr ? keep->number
-                                      : 0;
-  }
+  // decided. The policy's terminal line may name the attempt that decided
+  // it and those it cancels.
+  const int decided_by = last != nullptr   ? last->number
+                         : keep != nullptr ? keep->number
+                                           : 0;
+  std::vector<int> others;
   for (const auto& other : attempts_) {
     if (other.get() == keep) {
       // The terminal attempt line counts the kept attempt's end.
@@ -826,9 +812,9 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
     if (other->context != nullptr && !other->sending) {
       a.cancel.push_back(other->context);
     }
-    if (hedging_) terminal.cancelled.push_back(other->number);
+    others.push_back(other->number);
   }
-  std::sort(terminal.cancelled.begin(), terminal.cancelled.end());
+  policy_impl_->Annotate(terminal, decided_by, std::move(others));
   out->attempts = attempts;
   // A success carries no message; its attempts are in the trailer.
   out->status = status.ok()
@@ -849,12 +835,8 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
   last_attempt_.reset();
   a.cancel_timers.swap(timers_);
   refresh_timer_.reset();
-  if (hedging_) {
-    a.hedge_stats = true;
-    a.copies = attempts;
-    a.later_won = status.ok() && last != nullptr && last->number > 1;
-    a.delay = hedge_->delay();
-  }
+  a.summary = policy_impl_->Summary(attempts, status.ok(),
+                                    last != nullptr ? last->number : 0);
   outcome_ = out;
   Ending ending;
   ending.outcome = out;

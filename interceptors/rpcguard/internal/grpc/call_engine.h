@@ -300,11 +300,8 @@ class CallEngine {
     bool refresh = false;
     absl::Time refresh_deadline = absl::InfiniteFuture();
     bool watch_parent = false;
-    // A hedged call's end, for stats.
-    bool hedge_stats = false;
-    int copies = 0;
-    bool later_won = false;
-    absl::Duration delay;
+    // The call's summary, when its policy keeps one (a hedged call's).
+    std::optional<CallSummary> summary;
   };
 
   // Asks the gate, then sends the next attempt.
@@ -356,7 +353,6 @@ class CallEngine {
   const MethodPolicy& policy_;
   const std::optional<TraceVerbosity> verbosity_;  // the call's own, if any
   const uint64_t call_id_;
-  const bool hedging_;
 
   mutable internal::Mutex mu_;
   RetryController controller_ ABSL_GUARDED_BY(mu_);

@@ -20,8 +20,12 @@
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::internal::CallSummary;
 using ::rpcguard::internal::EndFacts;
+using ::rpcguard::internal::HedgeAttemptPolicy;
 using ::rpcguard::internal::PolicyStep;
+using ::rpcguard::internal::RetryAttemptPolicy;
+using ::rpcguard::internal::SendTerms;
 using ::rpcguard::internal::SentOnceAttemptPolicy;
 using ::rpcguard::testing::FakeClock;
 
@@ -656,6 +660,118 @@ INSTANTIATE_TEST_SUITE_P(Rows, SentOncePolicyTest,
                          [](const ::testing::TestParamInfo<SentOnceRow>& i) {
                            return i.param.name;
                          });
+
+// What differs between the policies is asked of them, never of the engine
+// (issue 30, §3): which budget pays, whether the attempt is traced, what
+// the terminal line names and the stats a call leaves.
+TEST(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
+  FakeClock clock;
+  MethodPolicy policy;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             absl::InfiniteFuture(), &clock);
+  RetryAttemptPolicy retry(&controller, DestinationGates{});
+  const SendTerms first =
+      retry.TermsFor(/*first=*/true, std::nullopt, RetryCharge::kOnFailure,
+                     /*next_waits=*/true);
+  EXPECT_EQ(first.budget, nullptr);
+  EXPECT_EQ(first.charge, RetryCharge::kUpFront);
+  EXPECT_FALSE(first.waits);
+  EXPECT_FALSE(first.traced);
+  const SendTerms next =
+      retry.TermsFor(/*first=*/false, std::nullopt, RetryCharge::kOnFailure,
+                     /*next_waits=*/true);
+  EXPECT_EQ(next.budget, nullptr);
+  EXPECT_EQ(next.charge, RetryCharge::kOnFailure);
+  EXPECT_TRUE(next.waits);
+  EXPECT_FALSE(next.traced);
+  EXPECT_EQ(next.counts_first, nullptr);
+  TraceEvent terminal;
+  retry.Annotate(terminal, 2, {1});
+  EXPECT_EQ(terminal.copy, 0);
+  EXPECT_TRUE(terminal.cancelled.empty());
+  EXPECT_FALSE(retry.Summary(2, true, 2).has_value());
+  EXPECT_FALSE(retry.Start().arm_deadline);
+}
+
+TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
+  FakeClock clock;
+  MethodPolicy policy;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             clock.MonotonicNow() + absl::Seconds(1), &clock);
+  HedgingPolicy hedging;
+  hedging.max_attempts = 3;
+  hedging.delay = absl::Milliseconds(30);
+  std::shared_ptr<RetryBudget> hedge_budget =
+      *RetryBudget::Create(OneRetry(), &clock);
+  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller, &clock,
+                           absl::ZeroDuration(), hedge_budget.get());
+  const PolicyStep start = hedge.Start();
+  EXPECT_EQ(start.timer, clock.MonotonicNow() + absl::Milliseconds(30));
+  EXPECT_FALSE(start.arm_deadline);
+  const SendTerms first = hedge.TermsFor(/*first=*/true, std::nullopt,
+                                         RetryCharge::kOnFailure, true);
+  EXPECT_EQ(first.budget, nullptr);
+  EXPECT_EQ(first.counts_first, hedge_budget.get());
+  EXPECT_FALSE(first.traced);
+  const SendTerms extra = hedge.TermsFor(/*first=*/false, std::nullopt,
+                                         RetryCharge::kOnFailure, true);
+  EXPECT_EQ(extra.budget, hedge_budget.get());
+  EXPECT_EQ(extra.charge, RetryCharge::kUpFront);
+  EXPECT_FALSE(extra.waits);
+  EXPECT_TRUE(extra.traced);
+  const SendTerms replacement = hedge.TermsFor(
+      /*first=*/false, RetryCharge::kOnFailure, RetryCharge::kUpFront, true);
+  EXPECT_EQ(replacement.budget, nullptr);
+  EXPECT_EQ(replacement.charge, RetryCharge::kOnFailure);
+  EXPECT_TRUE(replacement.traced);
+
+  TraceEvent terminal;
+  hedge.Annotate(terminal, 2, {3, 1});
+  EXPECT_EQ(terminal.copy, 2);
+  EXPECT_EQ(terminal.cancelled, (std::vector<int>{1, 3}));
+  const std::optional<CallSummary> won = hedge.Summary(3, /*ok=*/true, 2);
+  ASSERT_TRUE(won.has_value());
+  EXPECT_EQ(won->copies, 3);
+  EXPECT_TRUE(won->later_won);
+  EXPECT_EQ(won->delay, absl::Milliseconds(30));
+  EXPECT_FALSE(hedge.Summary(3, /*ok=*/false, 2)->later_won);
+  EXPECT_FALSE(hedge.Summary(1, /*ok=*/true, 1)->later_won);
+}
+
+TEST(AttemptPolicyTerms, AHedgeWithoutDelayKeepsTheDeadlineFromTheStart) {
+  FakeClock clock;
+  MethodPolicy policy;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             clock.MonotonicNow() + absl::Seconds(1), &clock);
+  HedgingPolicy hedging;
+  hedging.max_attempts = 1;
+  HedgeAttemptPolicy hedge(hedging, absl::Milliseconds(30), &controller, &clock,
+                           absl::ZeroDuration(), nullptr);
+  const PolicyStep start = hedge.Start();
+  EXPECT_EQ(start.timer, absl::InfiniteFuture());
+  EXPECT_TRUE(start.arm_deadline);
+}
+
+TEST(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
+  FakeClock clock;
+  MethodPolicy policy;
+  RetryController controller(policy, /*may_repeat=*/true,
+                             clock.MonotonicNow() + absl::Seconds(1), &clock);
+  HedgingPolicy hedging;
+  hedging.max_attempts = 2;
+  hedging.delay = absl::Milliseconds(30);
+  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller, &clock,
+                           absl::ZeroDuration(), nullptr);
+  hedge.Start();
+  const PolicyStep refused =
+      hedge.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/false);
+  EXPECT_TRUE(refused.last_failure_stands);
+  RetryAttemptPolicy retry(&controller, DestinationGates{});
+  const PolicyStep own =
+      retry.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/true);
+  EXPECT_TRUE(own.done);
+  EXPECT_FALSE(own.last_failure_stands);
+}
 
 }  // namespace
 }  // namespace rpcguard
