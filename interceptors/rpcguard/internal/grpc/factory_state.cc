@@ -79,21 +79,6 @@ bool FirstToSee(const TraceSink* sink, const Stats* stats,
 
 thread_local const grpc::ClientContext* SendingScope::current_ = nullptr;
 
-grpc::Status CancelledByCaller() {
-  return grpc::Status(grpc::StatusCode::CANCELLED,
-                      "call cancelled by the caller");
-}
-
-grpc::Status ThrottledStatus(absl::string_view key) {
-  // UNAVAILABLE, as gRPC's own load-balancer drops: the destination may
-  // take the call later.
-  return grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
-      absl::StrCat("rpcguard: the adaptive throttle of \"", key,
-                   "\" refused the call: the destination is rejecting calls "
-                   "as overloaded"));
-}
-
 std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   std::string out;
@@ -333,6 +318,20 @@ void FactoryState::OnTransition(const BreakerTransition& t) const {
   e.message = t.reason;
   stats_->Record(e);
   if (ShouldTrace(verbosity_, e)) sink_->Write(e);
+}
+
+EngineEnv FactoryState::EngineEnvFor(const MethodState& method,
+                                     const EngineRecorder* recorder) const {
+  EngineEnv env;
+  env.clock = clock();
+  env.random = random();
+  env.can_refresh = static_cast<bool>(refresher());
+  env.gates = method.gates();
+  env.hedge_budget = method.hedge_budget.get();
+  env.latency = method.latency.get();
+  env.destination = method.breaker_key;
+  env.recorder = recorder;
+  return env;
 }
 
 void FactoryState::FillBreaker(const MethodState& method, TraceEvent& event) {

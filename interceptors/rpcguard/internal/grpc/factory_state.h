@@ -36,13 +36,13 @@
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/destination/registry.h"
+#include "rpcguard/internal/engine/engine_env.h"
+#include "rpcguard/internal/engine/outcome.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/timer_queue.h"
 
 namespace rpcguard {
 namespace internal {
-
-using Metadata = std::vector<std::pair<std::string, std::string>>;
 
 // rpcguard's header names as std::string, built once: the metadata maps and
 // ClientContext::AddMetadata take std::string keys, and one built from a
@@ -52,13 +52,6 @@ const std::string& HeaderString() {
   static const std::string* const name = new std::string(kName);
   return *name;
 }
-
-// The status of a call its caller cancelled.
-grpc::Status CancelledByCaller();
-
-// The status of a call that the adaptive throttle of `key` refused before
-// anything was sent.
-grpc::Status ThrottledStatus(absl::string_view key);
 
 // The serialized bytes of a ByteBuffer (for the give-up hook).
 std::string Bytes(const grpc::ByteBuffer& buffer);
@@ -228,6 +221,11 @@ class FactoryState {
 
   // Adds the method's breaker key and current state to `event`.
   static void FillBreaker(const MethodState& method, TraceEvent& event);
+
+  // The engine's environment for a call of `method` (EngineEnv), its lines
+  // and counters going to `recorder`; `method` must outlive the engine.
+  EngineEnv EngineEnvFor(const MethodState& method,
+                         const EngineRecorder* recorder) const;
 
   // Calls the give-up hook, if any, for a call whose terminal event is
   // `event` (decision kGiveUp); `request` is the request as sent.

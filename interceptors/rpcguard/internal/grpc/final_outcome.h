@@ -17,30 +17,12 @@
 #include <string>
 
 #include "absl/container/inlined_vector.h"
+#include "rpcguard/internal/engine/outcome.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/observability/trace.h"
 
 namespace rpcguard {
 namespace internal {
-
-// A call's parked batches: one or two for every unary API.
-using Batches =
-    absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>;
-
-struct FinalOutcome {
-  grpc::Status status;  // as the caller gets it, annotated
-  // The application's own call carried the final attempt: its response and
-  // metadata are already where the application reads them.
-  bool from_app_call = false;
-  grpc::ByteBuffer response;  // serialized; copied (by reference) to parse
-  Metadata initial_metadata;
-  Metadata trailing_metadata;
-  std::string attempts_text;  // the rpcguard-attempts trailer
-  int attempts = 0;
-  // The terminal trace event; its time, call id and strings are written
-  // once, when the call concludes (batch fills never read it).
-  TraceEvent terminal;
-};
 
 // Points an application's metadata map at `from`, which must outlive it.
 void AddMetadata(const Metadata& from,

@@ -67,9 +67,38 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
       call_override_(std::move(call_override)),
       policy_(call_override_ ? call_override_->policy : method.resolved.policy),
       sent_once_(sent_once.has_value()),
-      engine_(this, *factory_, method, deadline, may_repeat, hedging,
-              factory_->random()->Next64(),
-              call_override_ ? &*call_override_ : nullptr, sent_once) {}
+      engine_(this, factory_->EngineEnvFor(method, this), policy_,
+              call_override_ ? call_override_->verbosity : std::nullopt,
+              deadline, may_repeat, hedging, factory_->random()->Next64(),
+              sent_once) {}
+
+void HijackedCall::Emit(TraceEvent& event,
+                        absl::FunctionRef<void(TraceEvent&)> fill,
+                        std::optional<TraceVerbosity> verbosity) const {
+  factory_->Emit(
+      method_, event,
+      [&](TraceEvent& e) {
+        e.method = method_.name;
+        fill(e);
+        FactoryState::FillBreaker(method_, e);
+      },
+      verbosity);
+}
+
+void HijackedCall::AttemptStarted() const {
+  Stats::RecordAttemptStarted(method_.stats);
+}
+
+void HijackedCall::AttemptEnded(grpc::StatusCode code,
+                                absl::Duration duration) const {
+  Stats::RecordAttemptEnded(method_.stats, code, duration);
+}
+
+void HijackedCall::HedgedCall(int copies, bool later_won, int cancelled,
+                              absl::Duration delay) const {
+  factory_->stats()->RecordHedgedCall(method_.stats, copies, later_won,
+                                      cancelled, delay);
+}
 
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
                               InterceptorBatchMethods* first_batch) {

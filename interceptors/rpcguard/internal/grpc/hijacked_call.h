@@ -44,7 +44,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "rpcguard/base/mutex.h"
-#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
@@ -66,6 +66,7 @@ AttemptReport ReadAttemptEnd(
     grpc::ChannelInterface* channel, bool may_wait);
 
 class HijackedCall final : public CallIo,
+                           public EngineRecorder,
                            public StreamOwner,
                            public std::enable_shared_from_this<HijackedCall> {
  public:
@@ -215,6 +216,15 @@ class HijackedCall final : public CallIo,
                       absl::Time deadline,
                       const std::optional<RefreshedCredentials>& refreshed);
   void OnParentEnded(grpc::StatusCode code) { engine_.OnParentEnded(code); }
+
+  // EngineRecorder: the factory's stats and trace sink, for this method.
+  void Emit(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
+            std::optional<TraceVerbosity> verbosity) const override;
+  void AttemptStarted() const override;
+  void AttemptEnded(grpc::StatusCode code,
+                    absl::Duration duration) const override;
+  void HedgedCall(int copies, bool later_won, int cancelled,
+                  absl::Duration delay) const override;
 
   const std::shared_ptr<const FactoryState> factory_;
   const MethodState& method_;

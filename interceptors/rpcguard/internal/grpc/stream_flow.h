@@ -56,7 +56,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "rpcguard/base/mutex.h"
-#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 

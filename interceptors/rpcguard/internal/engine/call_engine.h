@@ -14,7 +14,7 @@
 // timer, ask the refresher, watch the parent call, copy the final attempt's
 // answer, serve the application's batches. Its unit tests drive it with
 // fake attempts and a fake clock
-// (tests/unit/internal/grpc/call_engine_test.cc).
+// (tests/unit/internal/engine/call_engine_test.cc).
 //
 // States (every transition under mu_):
 //
@@ -67,12 +67,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/base/mutex.h"
+#include "rpcguard/channel.h"
 #include "rpcguard/decision/commit_reason.h"
 #include "rpcguard/decision/retry_controller.h"
 #include "rpcguard/internal/engine/attempt_policy.h"
+#include "rpcguard/internal/engine/engine_env.h"
+#include "rpcguard/internal/engine/outcome.h"
 #include "rpcguard/internal/engine/retry_gate.h"
-#include "rpcguard/internal/grpc/factory_state.h"
-#include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
@@ -216,15 +217,15 @@ class CallEngine {
   // `deadline`: the caller's, on the factory clock's monotonic time;
   // `may_repeat`: whether the call is safe to send more than once;
   // `hedging`: copies under the method's hedgingPolicy instead of retries.
-  // `call_override`: the call's own policy and verbosity, in place of the
-  // method's (null: none). `sent_once`: the call is sent once, as the
-  // application's own call, and this is the plan's reason (kNone: none);
-  // its one attempt ends through the same step as every other
-  // (SentOnceAttemptPolicy). `io` must outlive the engine; `factory`,
-  // `method` and `call_override` too.
-  CallEngine(CallIo* io, const FactoryState& factory, const MethodState& method,
-             absl::Time deadline, bool may_repeat, bool hedging,
-             uint64_t call_id, const CallOverride* call_override = nullptr,
+  // `policy`: the call's (the method's, or the call's own, SetCallPolicy);
+  // `verbosity`: the call's own trace verbosity (nullopt: the method's).
+  // `sent_once`: the call is sent once, as the application's own call, and
+  // this is the plan's reason (kNone: none); its one attempt ends through
+  // the same step as every other (SentOnceAttemptPolicy). `io`, `policy`
+  // and what `env` points to must outlive the engine.
+  CallEngine(CallIo* io, const EngineEnv& env, const MethodPolicy& policy,
+             std::optional<TraceVerbosity> verbosity, absl::Time deadline,
+             bool may_repeat, bool hedging, uint64_t call_id,
              std::optional<GiveUpReason> sent_once = std::nullopt);
 
   CallEngine(const CallEngine&) = delete;
@@ -345,11 +346,10 @@ class CallEngine {
   // Writes a trace line for `event` (time, call id, strings filled here;
   // the message from `status`, if given).
   void Trace(TraceEvent& event, const grpc::Status* status) const;
-  absl::Time Now() const { return factory_.clock()->MonotonicNow(); }
+  absl::Time Now() const { return env_.clock->MonotonicNow(); }
 
   CallIo* const io_;
-  const FactoryState& factory_;
-  const MethodState& method_;
+  const EngineEnv env_;
   const MethodPolicy& policy_;
   const std::optional<TraceVerbosity> verbosity_;  // the call's own, if any
   const uint64_t call_id_;

@@ -7,7 +7,7 @@
 // what the engine asks of it, and the test ends attempts and fires timers
 // by hand.
 
-#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/engine/call_engine.h"
 
 #include <functional>
 #include <map>
@@ -16,13 +16,17 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "rpcguard/channel.h"
-#include "rpcguard/destination/registry.h"
-#include "rpcguard/internal/grpc/factory_state.h"
+#include "rpcguard/decision/policy.h"
+#include "rpcguard/destination/adaptive_throttle.h"
+#include "rpcguard/destination/breaker.h"
+#include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/observability/stats.h"
+#include "rpcguard/random.h"
 #include "rpcguard/testing/fake_clock.h"
 
 namespace rpcguard {
@@ -123,38 +127,93 @@ class FakeIo final : public CallIo {
   std::string key_ = "key-1";
 };
 
+// The engine's recorder: the counters go to a real Stats (what the glue
+// records), every line to `lines` (traced at every verbosity).
+class FakeRecorder final : public EngineRecorder {
+ public:
+  FakeRecorder(Stats* stats, Stats::MethodHandle* handle,
+               std::vector<TraceEvent>* lines)
+      : stats_(stats), handle_(handle), lines_(lines) {}
+  void Emit(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
+            std::optional<TraceVerbosity> /*verbosity*/) const override {
+    stats_->Record(handle_, event);
+    event.method = kMethod;
+    fill(event);
+    lines_->push_back(event);
+  }
+  void AttemptStarted() const override { Stats::RecordAttemptStarted(handle_); }
+  void AttemptEnded(grpc::StatusCode code,
+                    absl::Duration duration) const override {
+    Stats::RecordAttemptEnded(handle_, code, duration);
+  }
+  void HedgedCall(int copies, bool later_won, int cancelled,
+                  absl::Duration delay) const override {
+    stats_->RecordHedgedCall(handle_, copies, later_won, cancelled, delay);
+  }
+
+ private:
+  Stats* const stats_;
+  Stats::MethodHandle* const handle_;
+  std::vector<TraceEvent>* const lines_;
+};
+
+// A retried method: 3 attempts, backoff 100 ms to 1 s, UNAVAILABLE
+// retriable, declared idempotent.
+MethodPolicy Retry() {
+  MethodPolicy p;
+  p.idempotency = Idempotency::kIdempotent;
+  p.retry.max_attempts = 3;
+  p.retry.backoff.initial = absl::Milliseconds(100);
+  p.retry.backoff.max = absl::Seconds(1);
+  p.retry.backoff.multiplier = 2;
+  p.retry.retryable_codes = StatusCodeSet{grpc::StatusCode::UNAVAILABLE};
+  return p;
+}
+
+// A hedged method: 3 copies 50 ms apart, UNAVAILABLE non-fatal.
+MethodPolicy Hedge() {
+  MethodPolicy p;
+  p.idempotency = Idempotency::kIdempotent;
+  HedgingPolicy h;
+  h.max_attempts = 3;
+  h.delay = absl::Milliseconds(50);
+  h.non_fatal_codes = StatusCodeSet{grpc::StatusCode::UNAVAILABLE};
+  p.hedging = h;
+  return p;
+}
+
 class CallEngineTest : public ::testing::Test {
  protected:
-  // A factory whose config is `json`, on the fake clock; `refresher`: a
-  // credential refresher (the engine only asks FakeIo::Refresh).
-  void Make(const std::string& json, bool refresher = false) {
-    absl::StatusOr<Config> config = Config::FromJson(json);
-    ASSERT_TRUE(config.ok()) << config.status();
-    Options options;
-    options.config = *config;
-    options.clock = &clock_;
-    BreakerRegistry::Options registry;
-    registry.clock = &clock_;
-    options.breaker_registry = *BreakerRegistry::Create(registry);
-    options.destination = "dest";
-    options.stats = stats_;
-    options.trace_sink = std::make_shared<CallbackSink>(
-        [this](const TraceEvent& e) { lines_.push_back(e); });
-    options.trace_verbosity = TraceVerbosity::kAll;
-    if (refresher) {
-      options.credential_refresher =
-          [](absl::string_view,
-             std::function<void(absl::StatusOr<RefreshedCredentials>)>) {};
+  // The engine's environment by hand, on the fake clock: the destination's
+  // breaker, retry budget and adaptive throttle with their defaults (as a
+  // channel gets them), and a hedged method's hedge budget. `refresher`: a
+  // credential refresher is configured (the engine only asks
+  // FakeIo::Refresh).
+  void Make(MethodPolicy policy, bool refresher = false) {
+    policy_ = std::move(policy);
+    breaker_ = *CircuitBreaker::Create("dest", BreakerOptions{}, &clock_);
+    budget_ = *RetryBudget::Create(RetryBudgetOptions{}, &clock_);
+    adaptive_ = *AdaptiveThrottle::Create(AdaptiveThrottleOptions{}, &clock_,
+                                          Random::Default());
+    if (policy_.hedging.has_value()) {
+      RetryBudgetOptions cap;
+      cap.ratio = policy_.hedging->max_extra_load;
+      cap.min_retries_per_second = 1;
+      hedge_budget_ = *RetryBudget::Create(cap, &clock_);
     }
-    factory_ = std::make_shared<FactoryState>(std::move(options));
-    factory_->Init(factory_);
-    method_ = &factory_->ForMethod(kMethod, nullptr, nullptr);
+    env_.clock = &clock_;
+    env_.random = Random::Default();
+    env_.can_refresh = refresher;
+    env_.gates = {breaker_.get(), budget_.get(), nullptr, adaptive_.get()};
+    env_.hedge_budget = hedge_budget_.get();
+    env_.destination = "dest";
+    env_.recorder = &recorder_;
   }
 
   void NewCall(absl::Duration deadline = absl::Seconds(10),
                bool hedging = false) {
     engine_ = std::make_unique<CallEngine>(
-        &io_, *factory_, *method_, clock_.MonotonicNow() + deadline,
+        &io_, env_, policy_, std::nullopt, clock_.MonotonicNow() + deadline,
         /*may_repeat=*/true, hedging, /*call_id=*/7);
   }
 
@@ -176,7 +235,7 @@ class CallEngineTest : public ::testing::Test {
     engine_->OnTimer(io_.timers[i].kind);
   }
 
-  BreakerSnapshot Breaker() { return method_->breaker->Snapshot(); }
+  BreakerSnapshot Breaker() { return breaker_->Snapshot(); }
 
   // The method's counters (this test's own Stats).
   MethodStatsSnapshot Counted() {
@@ -189,24 +248,18 @@ class CallEngineTest : public ::testing::Test {
   FakeIo io_;
   std::vector<TraceEvent> lines_;
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
-  std::shared_ptr<FactoryState> factory_;
-  const MethodState* method_ = nullptr;
+  FakeRecorder recorder_{stats_.get(), stats_->ForMethod(kMethod), &lines_};
+  MethodPolicy policy_;
+  std::shared_ptr<CircuitBreaker> breaker_;
+  std::shared_ptr<RetryBudget> budget_;
+  std::shared_ptr<AdaptiveThrottle> adaptive_;
+  std::shared_ptr<RetryBudget> hedge_budget_;
+  EngineEnv env_;
   std::unique_ptr<CallEngine> engine_;
 };
 
-constexpr char kRetry[] = R"({"methodConfig": [{"name": [{"service":
-  "pkg.Svc"}], "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s",
-  "maxBackoff": "1s", "backoffMultiplier": 2,
-  "retryableStatusCodes": ["UNAVAILABLE"]},
-  "rpcguard": {"idempotency": "IDEMPOTENT"}}]})";
-
-constexpr char kHedge[] = R"({"methodConfig": [{"name": [{"service":
-  "pkg.Svc"}], "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.05s",
-  "nonFatalStatusCodes": ["UNAVAILABLE"]},
-  "rpcguard": {"idempotency": "IDEMPOTENT"}}]})";
-
 TEST_F(CallEngineTest, ARetriableFailureWaitsOutItsBackoffThenRetries) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   ASSERT_EQ(io_.sent.size(), 1u);
@@ -241,7 +294,7 @@ TEST_F(CallEngineTest, EveryTransitionAssignsTheStateAndIsTraced) {
   std::vector<std::string> trace;
   SetEngineTraceForTest(
       [&trace](absl::string_view line) { trace.emplace_back(line); });
-  Make(kRetry, /*refresher=*/true);
+  Make(Retry(), /*refresher=*/true);
   NewCall();
   EXPECT_EQ(engine_->state(), EngineState::kIdle);
   EngineState during_send = EngineState::kIdle;
@@ -281,7 +334,7 @@ TEST_F(CallEngineTest, EveryTransitionAssignsTheStateAndIsTraced) {
 // A riding call's attempt 1 is in flight from the start; a cancel with
 // nothing in flight ends the call.
 TEST_F(CallEngineTest, ARideStartsInFlightAndACancelWhileWaitingEndsIt) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   std::shared_ptr<EngineAttempt> ride =
       engine_->RideFirstAttempt(std::nullopt, clock_.MonotonicNow());
@@ -297,7 +350,7 @@ TEST_F(CallEngineTest, ARideStartsInFlightAndACancelWhileWaitingEndsIt) {
 }
 
 TEST_F(CallEngineTest, AFatalFailureEndsTheCallAtOnce) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   End(1, grpc::StatusCode::INVALID_ARGUMENT);
@@ -310,7 +363,7 @@ TEST_F(CallEngineTest, AFatalFailureEndsTheCallAtOnce) {
 // A stream that committed to its attempt ends with that attempt: the
 // failure that would have been retried gives up, and the line says why.
 TEST_F(CallEngineTest, ACommittedCallEndsWithItsAttempt) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   End(1, grpc::StatusCode::UNAVAILABLE);
@@ -332,7 +385,7 @@ TEST_F(CallEngineTest, ACommittedCallEndsWithItsAttempt) {
 // A commit changes nothing of a success, nor of a fatal failure, but the
 // line.
 TEST_F(CallEngineTest, ACommittedCallsFatalFailureIsFatal) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   engine_->Commit(CommitReason::kBufferLimit);
@@ -346,7 +399,7 @@ TEST_F(CallEngineTest, ACommittedCallsFatalFailureIsFatal) {
 // be in no list, and its context freed while gRPC still used it (ASan, the
 // chaos test).
 TEST_F(CallEngineTest, ACallDecidedWhileTheGateIsAskedSendsNothing) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   End(1, grpc::StatusCode::UNAVAILABLE);
@@ -362,7 +415,7 @@ TEST_F(CallEngineTest, ACallDecidedWhileTheGateIsAskedSendsNothing) {
 }
 
 TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   for (int n = 1; n <= 2; ++n) {
@@ -377,7 +430,7 @@ TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
 }
 
 TEST_F(CallEngineTest, ACancelDuringTheBackoffEndsTheCallAndTheTimerLater) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   End(1, grpc::StatusCode::UNAVAILABLE);
@@ -400,7 +453,7 @@ TEST_F(CallEngineTest, ACancelDuringTheBackoffEndsTheCallAndTheTimerLater) {
 }
 
 TEST_F(CallEngineTest, ACancelWhileAnAttemptIsBeingSentCancelsItOnceSent) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   io_.during_send = [this](const std::shared_ptr<EngineAttempt>&) {
     engine_->Cancel();
@@ -418,7 +471,7 @@ TEST_F(CallEngineTest, ACancelWhileAnAttemptIsBeingSentCancelsItOnceSent) {
 }
 
 TEST_F(CallEngineTest, TheRefresherIsAskedOnceThenTheCallRetriesWithIt) {
-  Make(kRetry, /*refresher=*/true);
+  Make(Retry(), /*refresher=*/true);
   NewCall();
   engine_->Start();
   End(1, grpc::StatusCode::UNAUTHENTICATED);
@@ -433,7 +486,7 @@ TEST_F(CallEngineTest, TheRefresherIsAskedOnceThenTheCallRetriesWithIt) {
 }
 
 TEST_F(CallEngineTest, ARefreshThatOutlivesTheDeadlineEndsTheCall) {
-  Make(kRetry, /*refresher=*/true);
+  Make(Retry(), /*refresher=*/true);
   NewCall(absl::Seconds(1));
   engine_->Start();
   clock_.Advance(absl::Milliseconds(30));
@@ -451,7 +504,7 @@ TEST_F(CallEngineTest, ARefreshThatOutlivesTheDeadlineEndsTheCall) {
 }
 
 TEST_F(CallEngineTest, AttemptsInFlightAtTheDeadlineEndTheCallOnTime) {
-  Make(kRetry);
+  Make(Retry());
   io_.keeps_deadline = true;
   NewCall(absl::Seconds(1));
   engine_->Start();
@@ -478,7 +531,7 @@ TEST_F(CallEngineTest, AttemptsInFlightAtTheDeadlineEndTheCallOnTime) {
 }
 
 TEST_F(CallEngineTest, AHedgeGoesAfterTheDelayAndTheWinnerCancelsTheRest) {
-  Make(kHedge);
+  Make(Hedge());
   NewCall(absl::Seconds(10), /*hedging=*/true);
   engine_->Start();
   ASSERT_EQ(io_.sent.size(), 1u);
@@ -513,7 +566,7 @@ TEST_F(CallEngineTest, AHedgeGoesAfterTheDelayAndTheWinnerCancelsTheRest) {
 // fail-fast, and the last copy, counted at its own end, is not counted
 // again by the call's end (it used to be: a second kAttempt line).
 TEST_F(CallEngineTest, AHedgedCallEndingAtItsTimerCountsItsLastCopyOnce) {
-  Make(kHedge);
+  Make(Hedge());
   NewCall(absl::Seconds(1), /*hedging=*/true);
   engine_->Start();
   AttemptReport r;
@@ -537,7 +590,7 @@ TEST_F(CallEngineTest, AHedgedCallEndingAtItsTimerCountsItsLastCopyOnce) {
 }
 
 TEST_F(CallEngineTest, ANonFatalFailureSendsTheNextCopyAtOnce) {
-  Make(kHedge);
+  Make(Hedge());
   NewCall(absl::Seconds(10), /*hedging=*/true);
   engine_->Start();
   End(1, grpc::StatusCode::UNAVAILABLE);
@@ -549,7 +602,7 @@ TEST_F(CallEngineTest, ANonFatalFailureSendsTheNextCopyAtOnce) {
 }
 
 TEST_F(CallEngineTest, ACallDecidedWhileACopyIsSentConcludesAfterTheSend) {
-  Make(kHedge);
+  Make(Hedge());
   NewCall(absl::Seconds(10), /*hedging=*/true);
   engine_->Start();
   int concluded_during_send = -1;
@@ -568,7 +621,7 @@ TEST_F(CallEngineTest, ACallDecidedWhileACopyIsSentConcludesAfterTheSend) {
 }
 
 TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
-  Make(kHedge);
+  Make(Hedge());
   for (int call = 0; call < 5; ++call) {
     io_ = FakeIo();
     NewCall(absl::Seconds(10), /*hedging=*/true);
@@ -584,7 +637,7 @@ TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
 }
 
 TEST_F(CallEngineTest, AHedgedCallCancelledEndsEveryCopy) {
-  Make(kHedge);
+  Make(Hedge());
   NewCall(absl::Seconds(10), /*hedging=*/true);
   engine_->Start();
   Fire(io_.Active(TimerKind::kNext).at(0));
@@ -602,7 +655,7 @@ TEST_F(CallEngineTest, AHedgedCallCancelledEndsEveryCopy) {
 }
 
 TEST_F(CallEngineTest, ABatchParkedBeforeTheEndIsServedAtTheEnd) {
-  Make(kRetry);
+  Make(Retry());
   NewCall();
   engine_->Start();
   EXPECT_EQ(engine_->Park(nullptr), nullptr);  // parked

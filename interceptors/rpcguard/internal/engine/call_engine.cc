@@ -13,7 +13,7 @@
 // Arm and ArmDeadline (timers), Cancel, OnParentEnded and DoCancel (the
 // cancel), EndRefresh, then FinishLocked and Conclude (the one finish).
 
-#include "rpcguard/internal/grpc/call_engine.h"
+#include "rpcguard/internal/engine/call_engine.h"
 
 #include <algorithm>
 #include <atomic>
@@ -134,33 +134,31 @@ EngineState CallEngine::state() const {
   return state_;
 }
 
-CallEngine::CallEngine(CallIo* io, const FactoryState& factory,
-                       const MethodState& method, absl::Time deadline,
-                       bool may_repeat, bool hedging, uint64_t call_id,
-                       const CallOverride* call_override,
-                       std::optional<GiveUpReason> sent_once)
+CallEngine::CallEngine(CallIo* io, const EngineEnv& env,
+                       const MethodPolicy& policy,
+                       std::optional<TraceVerbosity> verbosity,
+                       absl::Time deadline, bool may_repeat, bool hedging,
+                       uint64_t call_id, std::optional<GiveUpReason> sent_once)
     : io_(io),
-      factory_(factory),
-      method_(method),
-      policy_(call_override ? call_override->policy : method.resolved.policy),
-      verbosity_(call_override ? call_override->verbosity : std::nullopt),
+      env_(env),
+      policy_(policy),
+      verbosity_(verbosity),
       call_id_(call_id),
-      controller_(policy_, may_repeat, deadline, factory.clock()),
+      controller_(policy_, may_repeat, deadline, env.clock),
       deadline_(controller_.deadline()) {
   // One attempt: no refresh, which would send a second.
-  if (factory_.refresher() && !sent_once) controller_.EnableAuthRefresh();
+  if (env_.can_refresh && !sent_once) controller_.EnableAuthRefresh();
   internal::MutexLock lock(&mu_);
   if (sent_once) {
     once_.emplace(&controller_, may_repeat, *sent_once);
     policy_impl_ = &*once_;
   } else if (hedging && policy_.hedging.has_value()) {
     const HedgingPolicy& hedge = *policy_.hedging;
-    hedge_.emplace(hedge, HedgeDelay(hedge, method_.latency.get()),
-                   &controller_, factory_.clock(), policy_.min_attempt_time,
-                   method_.hedge_budget.get());
+    hedge_.emplace(hedge, HedgeDelay(hedge, env_.latency), &controller_,
+                   env_.clock, policy_.min_attempt_time, env_.hedge_budget);
     policy_impl_ = &*hedge_;
   } else {
-    retry_.emplace(&controller_, method_.gates());
+    retry_.emplace(&controller_, env_.gates);
     policy_impl_ = &*retry_;
   }
 }
@@ -250,7 +248,7 @@ void CallEngine::SendAttempt(SendKind kind,
   // Which budget pays, and how: the policy's terms (pure, so asked here).
   const SendTerms terms =
       policy_impl_->TermsFor(first, replaces, next_charge, next_waits);
-  DestinationGates gates = method_.gates();
+  DestinationGates gates = env_.gates;
   if (terms.budget != nullptr) gates.budget = terms.budget;
   // Outside mu_: the breaker may call transition listeners.
   AttemptStart start =
@@ -292,7 +290,7 @@ void CallEngine::SendAttempt(SendKind kind,
         attempt->deadline = controller_.StartAttempt();
         attempt->sent = controller_.Now();
         if (number == 1) first_sent_ = attempt->sent;
-        Stats::RecordAttemptStarted(method_.stats);
+        env_.recorder->AttemptStarted();
         attempt->sending = true;
         attempts_.push_back(attempt);
         ++sending_;
@@ -364,17 +362,16 @@ void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
   }
   switch (refused) {
     case GiveUpReason::kBreakerOpen:
-      FinishLocked(
-          grpc::Status(
-              grpc::StatusCode::UNAVAILABLE,
-              absl::StrCat("rpcguard: ",
-                           method_.breaker->RefusalMessage(*start.admission))),
-          refused, nullptr, TraceEvent::Kind::kFailFast, StatusClass::kFatal,
-          a);
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                absl::StrCat("rpcguard: ",
+                                             env_.gates.breaker->RefusalMessage(
+                                                 *start.admission))),
+                   refused, nullptr, TraceEvent::Kind::kFailFast,
+                   StatusClass::kFatal, a);
       return;
     case GiveUpReason::kThrottled:
       if (first || last_attempt_ == nullptr) {
-        FinishLocked(ThrottledStatus(method_.breaker_key), refused, nullptr,
+        FinishLocked(ThrottledStatus(env_.destination), refused, nullptr,
                      TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
         return;
       }
@@ -433,7 +430,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
   // nothing of the server.
   if (attempt->loser) facts.outcome.caller_cancelled = true;
   facts.status_class = policy_.MakeClassifier().Classify(facts.outcome);
-  const DestinationGates gates = method_.gates();
+  const DestinationGates& gates = env_.gates;
   // Outside mu_: the throttle and budget are shared.
   facts.throttle_allows =
       SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
@@ -450,7 +447,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     if (done_) {
       decided = true;
     } else {
-      RandomBitGen gen(factory_.random());
+      RandomBitGen gen(env_.random);
       step = policy_impl_->OnAttemptEnd(facts, gen);
       if (step.done) {
         FinishLocked(status, step.reason, attempt.get(),
@@ -496,11 +493,11 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     RecordAttemptEnd(gates, attempt->admission, facts.status_class,
                      facts.outcome, /*retrying=*/false);
     if (!attempt->ended_by_terminal) {
-      Stats::RecordAttemptEnded(method_.stats, status.error_code(),
-                                attempt->ended_at - attempt->sent);
+      env_.recorder->AttemptEnded(status.error_code(),
+                                  attempt->ended_at - attempt->sent);
     }
-    if (attempt->number == 1 && attempt->loser && method_.latency != nullptr) {
-      method_.latency->RecordAtLeast(Now() - attempt->sent);
+    if (attempt->number == 1 && attempt->loser && env_.latency != nullptr) {
+      env_.latency->RecordAtLeast(Now() - attempt->sent);
     }
     io_->Release(attempt);
     return false;
@@ -514,8 +511,8 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
   // copy's latency, counted from its own start, says nothing of when to
   // hedge).
   if (attempt->number == 1 && step.done && status.ok() &&
-      method_.latency != nullptr) {
-    method_.latency->Record(Now() - attempt->sent);
+      env_.latency != nullptr) {
+    env_.latency->Record(Now() - attempt->sent);
   }
   if (traced) Trace(line, &status);
   Act(a);
@@ -566,9 +563,8 @@ void CallEngine::Act(Actions& a) {
   a.cancel.clear();
   for (const auto& timer : a.cancel_timers) io_->CancelTimer(timer);
   if (a.summary.has_value()) {
-    factory_.stats()->RecordHedgedCall(method_.stats, a.summary->copies,
-                                       a.summary->later_won, cancelled,
-                                       a.summary->delay);
+    env_.recorder->HedgedCall(a.summary->copies, a.summary->later_won,
+                              cancelled, a.summary->delay);
   }
   if (a.ending.has_value()) Conclude(*a.ending);
   if (a.watch_parent) io_->WatchParent();
@@ -862,16 +858,14 @@ void CallEngine::Conclude(const Ending& ending) {
 }
 
 void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
-  event.time = factory_.clock()->WallNow();
+  event.time = env_.clock->WallNow();
   event.call_id = call_id_;
-  factory_.Emit(
-      method_, event,
+  env_.recorder->Emit(
+      event,
       [&](TraceEvent& e) {
-        e.method = method_.name;
         e.idempotency_key = io_->key();
         if (const CorrelationIds* ids = io_->correlation()) ids->FillIn(e);
         if (status != nullptr) e.message = status->error_message();
-        FactoryState::FillBreaker(method_, e);
       },
       verbosity_);
 }
