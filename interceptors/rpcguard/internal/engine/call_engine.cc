@@ -145,22 +145,26 @@ CallEngine::CallEngine(CallIo* io, const EngineEnv& env,
       verbosity_(verbosity),
       call_id_(call_id),
       controller_(policy_, may_repeat, deadline, env.clock),
-      deadline_(controller_.deadline()) {
+      deadline_(controller_.deadline()),
+      policy_impl_(ChoosePolicy(may_repeat, hedging, sent_once)) {
   // One attempt: no refresh, which would send a second.
   if (env_.can_refresh && !sent_once) controller_.EnableAuthRefresh();
-  internal::MutexLock lock(&mu_);
+}
+
+AttemptPolicy* CallEngine::ChoosePolicy(bool may_repeat, bool hedging,
+                                        std::optional<GiveUpReason> sent_once) {
   if (sent_once) {
     once_.emplace(&controller_, may_repeat, *sent_once);
-    policy_impl_ = &*once_;
-  } else if (hedging && policy_.hedging.has_value()) {
+    return &*once_;
+  }
+  if (hedging && policy_.hedging.has_value()) {
     const HedgingPolicy& hedge = *policy_.hedging;
     hedge_.emplace(hedge, HedgeDelay(hedge, env_.latency), &controller_,
                    env_.clock, policy_.min_attempt_time, env_.hedge_budget);
-    policy_impl_ = &*hedge_;
-  } else {
-    retry_.emplace(&controller_, env_.gates);
-    policy_impl_ = &*retry_;
+    return &*hedge_;
   }
+  retry_.emplace(&controller_, env_.gates);
+  return &*retry_;
 }
 
 void CallEngine::Commit(CommitReason reason) {

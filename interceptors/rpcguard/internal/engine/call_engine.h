@@ -347,6 +347,11 @@ class CallEngine {
   // the message from `status`, if given).
   void Trace(TraceEvent& event, const grpc::Status* status) const;
   absl::Time Now() const { return env_.clock->MonotonicNow(); }
+  // Builds the call's policy: from the constructor only, before the engine
+  // is shared.
+  AttemptPolicy* ChoosePolicy(bool may_repeat, bool hedging,
+                              std::optional<GiveUpReason> sent_once)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   CallIo* const io_;
   const EngineEnv env_;
@@ -363,7 +368,9 @@ class CallEngine {
   std::optional<RetryAttemptPolicy> retry_ ABSL_GUARDED_BY(mu_);
   std::optional<HedgeAttemptPolicy> hedge_ ABSL_GUARDED_BY(mu_);
   std::optional<SentOnceAttemptPolicy> once_ ABSL_GUARDED_BY(mu_);
-  AttemptPolicy* policy_impl_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Fixed at construction; the policy itself is called under mu_ (its
+  // TermsFor, pure, also outside).
+  AttemptPolicy* const policy_impl_;
 
   EngineState state_ ABSL_GUARDED_BY(mu_) = EngineState::kIdle;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
