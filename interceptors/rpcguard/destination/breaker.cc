@@ -65,18 +65,21 @@ using internal::InvalidOption;
 
 absl::string_view BreakerStateName(BreakerState state) {
   switch (state) {
-    case BreakerState::kClosed:
-      return "closed";
-    case BreakerState::kOpen:
-      return "open";
-    case BreakerState::kHalfOpen:
-      return "half_open";
-    case BreakerState::kForcedOpen:
-      return "forced_open";
-    case BreakerState::kDisabled:
-      return "disabled";
+#define RPCGUARD_BREAKER_STATE_CASE(e, name) \
+  case BreakerState::e:                      \
+    return name;
+    RPCGUARD_BREAKER_STATES(RPCGUARD_BREAKER_STATE_CASE)
+#undef RPCGUARD_BREAKER_STATE_CASE
   }
   return "unknown";
+}
+
+std::optional<BreakerState> ParseBreakerState(absl::string_view name) {
+#define RPCGUARD_BREAKER_STATE_PARSE(e, text) \
+  if (name == text) return BreakerState::e;
+  RPCGUARD_BREAKER_STATES(RPCGUARD_BREAKER_STATE_PARSE)
+#undef RPCGUARD_BREAKER_STATE_PARSE
+  return std::nullopt;
 }
 
 absl::string_view AttemptResultName(AttemptResult result) {

@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -78,10 +79,33 @@
 
 namespace rpcguard {
 
-enum class BreakerState { kClosed, kOpen, kHalfOpen, kForcedOpen, kDisabled };
+// The breaker's states, one list: the enum, its names (traces, the
+// `state` and `to` labels of the metrics) and its size come from it.
+#define RPCGUARD_BREAKER_STATES(X) \
+  X(kClosed, "closed")             \
+  X(kOpen, "open")                 \
+  X(kHalfOpen, "half_open")        \
+  X(kForcedOpen, "forced_open")    \
+  X(kDisabled, "disabled")
+
+enum class BreakerState {
+#define RPCGUARD_BREAKER_STATE_ENUM(e, name) e,
+  RPCGUARD_BREAKER_STATES(RPCGUARD_BREAKER_STATE_ENUM)
+#undef RPCGUARD_BREAKER_STATE_ENUM
+};
+
+inline constexpr int kNumBreakerStates = 0
+#define RPCGUARD_BREAKER_STATE_COUNT(e, name) +1
+    RPCGUARD_BREAKER_STATES(RPCGUARD_BREAKER_STATE_COUNT)
+#undef RPCGUARD_BREAKER_STATE_COUNT
+    ;
 
 // Returns "closed", "open", "half_open", "forced_open" or "disabled".
 absl::string_view BreakerStateName(BreakerState state);
+
+// The state named `name` (as BreakerStateName writes it); nullopt for any
+// other text.
+std::optional<BreakerState> ParseBreakerState(absl::string_view name);
 
 // How an admitted attempt ended, as far as the breaker is concerned.
 enum class AttemptResult {

@@ -10,7 +10,9 @@
 #include "rpcguard/observability/stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -144,9 +146,9 @@ void Histogram(std::string* out, absl::string_view name,
 
 // Guarded by Stats::mu_ (transitions are rare).
 struct Stats::BreakerCounters {
-  std::map<std::string, uint64_t> transitions_to;
-  // The state of the last transition: only "closed" keys are dropped.
-  std::string last_to;
+  std::array<uint64_t, kNumBreakerStates> transitions_to{};
+  // The state of the last transition: only closed keys are dropped.
+  std::optional<BreakerState> last_to;
 };
 
 Stats::Stats() : Stats(StatsOptions()) {}
@@ -291,13 +293,18 @@ void Stats::Record(MethodHandle* h, const TraceEvent& event) {
 }
 
 void Stats::RecordTransition(const TraceEvent& event) {
+  const std::optional<BreakerState> to = ParseBreakerState(event.to_state);
+  if (to.has_value()) RecordTransition(event.breaker_key, *to);
+}
+
+void Stats::RecordTransition(absl::string_view key, BreakerState to) {
   absl::MutexLock lock(&mu_);
-  auto it = breakers_.find(event.breaker_key);
+  auto it = breakers_.find(key);
   if (it == breakers_.end()) {
     if (breakers_.size() >= breakers_sweep_at_) {
       // Amortized O(1) per new key, as in the breaker registry.
       for (auto b = breakers_.begin(); b != breakers_.end();) {
-        if (b->second->last_to == "closed") {
+        if (b->second->last_to == BreakerState::kClosed) {
           breakers_.erase(b++);
         } else {
           ++b;
@@ -305,12 +312,12 @@ void Stats::RecordTransition(const TraceEvent& event) {
       }
       breakers_sweep_at_ = std::max(kMinBreakersSweepAt, 2 * breakers_.size());
     }
-    it = breakers_
-             .emplace(event.breaker_key, std::make_unique<BreakerCounters>())
-             .first;
+    it =
+        breakers_.emplace(std::string(key), std::make_unique<BreakerCounters>())
+            .first;
   }
-  ++it->second->transitions_to[event.to_state];
-  it->second->last_to = event.to_state;
+  ++it->second->transitions_to[static_cast<int>(to)];
+  it->second->last_to = to;
 }
 
 size_t Stats::breaker_keys() const {
@@ -396,8 +403,15 @@ StatsSnapshot Stats::Snapshot() const {
     for (const auto& [key, b] : breakers_) {
       BreakerStatsSnapshot s;
       s.key = key;
-      s.transitions_to = b->transitions_to;
-      s.state = b->last_to;
+      for (int i = 0; i < kNumBreakerStates; ++i) {
+        if (b->transitions_to[i] == 0) continue;
+        s.transitions_to.emplace(
+            std::string(BreakerStateName(static_cast<BreakerState>(i))),
+            b->transitions_to[i]);
+      }
+      if (b->last_to.has_value()) {
+        s.state = std::string(BreakerStateName(*b->last_to));
+      }
       snap.breakers.push_back(std::move(s));
     }
     for (const auto& [key, weak] : budgets_) {

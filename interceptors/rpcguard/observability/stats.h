@@ -67,6 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rpcguard/decision/give_up_reason.h"
+#include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
 #include "rpcguard/observability/instruments.h"
 #include "rpcguard/observability/trace.h"
@@ -265,6 +266,13 @@ class Stats {
   // As above, looking the method up by `event.method` (not at all for a
   // breaker transition, which is counted per breaker key only).
   void Record(const TraceEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A breaker of `key` moved to `to`: recorded where the transition is
+  // known (the breaker's listener), by state, not by its name. A
+  // kBreakerTransition event given to Record comes here by its `to_state`;
+  // one naming no state (ParseBreakerState) is not counted.
+  void RecordTransition(absl::string_view key, BreakerState to)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Counts a hedged call that ended: `copies` sent in all, whether a copy
   // after the first won, how many were cancelled because another decided

@@ -114,6 +114,19 @@ class BreakerTest : public ::testing::Test {
 // ---------------------------------------------------------------------------
 // Names, classification, options
 
+// One list (RPCGUARD_BREAKER_STATES): every state's name reads back as
+// that state, and nothing else does.
+TEST(BreakerNamesTest, EveryStateNameParsesBack) {
+  for (int i = 0; i < kNumBreakerStates; ++i) {
+    const auto state = static_cast<BreakerState>(i);
+    EXPECT_EQ(ParseBreakerState(BreakerStateName(state)), state) << i;
+  }
+  EXPECT_EQ(kNumBreakerStates, 5);
+  EXPECT_EQ(ParseBreakerState("unknown"), std::nullopt);
+  EXPECT_EQ(ParseBreakerState("Open"), std::nullopt);
+  EXPECT_EQ(ParseBreakerState(""), std::nullopt);
+}
+
 TEST(BreakerNamesTest, StateAndResultNames) {
   EXPECT_EQ(BreakerStateName(kClosed), "closed");
   EXPECT_EQ(BreakerStateName(kOpen), "open");

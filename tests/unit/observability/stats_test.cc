@@ -183,6 +183,23 @@ TEST(StatsTest, AttemptsAboveTenGoToTheInfBucket) {
   EXPECT_EQ(h.sum, 22);
 }
 
+// The breaker's listener records by state (issue 30, §5): the same counts
+// as the trace event's names give, and a name that is no state counts
+// nothing.
+TEST(StatsTest, RecordsBreakerTransitionsByStateWhereTheyAreKnown) {
+  Stats stats;
+  stats.RecordTransition("b:443", BreakerState::kOpen);
+  stats.RecordTransition("b:443", BreakerState::kHalfOpen);
+  stats.RecordTransition("b:443", BreakerState::kClosed);
+  stats.Record(Transition("b:443", "closed", "opened"));  // not a state
+  const StatsSnapshot snap = stats.Snapshot();
+  ASSERT_EQ(snap.breakers.size(), 1u);
+  EXPECT_THAT(
+      snap.breakers[0].transitions_to,
+      ElementsAre(Pair("closed", 1), Pair("half_open", 1), Pair("open", 1)));
+  EXPECT_EQ(snap.breakers[0].state, "closed");
+}
+
 TEST(StatsTest, CountsBreakerTransitionsPerKeyByStateEntered) {
   Stats stats;
   stats.Record(Transition("b:443", "closed", "open"));

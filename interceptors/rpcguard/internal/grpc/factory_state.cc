@@ -316,7 +316,7 @@ void FactoryState::OnTransition(const BreakerTransition& t) const {
   e.from_state = std::string(BreakerStateName(t.from));
   e.to_state = e.breaker_state;
   e.message = t.reason;
-  stats_->Record(e);
+  stats_->RecordTransition(t.key, t.to);
   if (ShouldTrace(verbosity_, e)) sink_->Write(e);
 }
 
