@@ -28,8 +28,8 @@ PolicyStep RetryAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
   // The destination's veto comes after the call's own checks (retry_gate.h).
   Decision d = GateRetry(raw, facts.throttle_allows, gates_, charge,
                          facts.server_pushback);
-  if (committed_ && (d.action == Decision::Action::kRetry ||
-                     d.action == Decision::Action::kRefreshAuth)) {
+  if (facts.committed && (d.action == Decision::Action::kRetry ||
+                          d.action == Decision::Action::kRefreshAuth)) {
     // What would have been retried is the call's end: the application has
     // had some of this attempt's answer.
     d.action = Decision::Action::kGiveUp;
@@ -121,11 +121,11 @@ HedgeAttemptPolicy::HedgeAttemptPolicy(const HedgingPolicy& policy,
       clock_(clock),
       hedge_(policy, delay, controller->deadline(), clock, min_attempt_time) {}
 
-PolicyStep HedgeAttemptPolicy::Start() {
-  PolicyStep step;
-  step.timer = hedge_.Start();
-  step.arm_deadline = step.timer == absl::InfiniteFuture();
-  return step;
+Started HedgeAttemptPolicy::Start() {
+  Started started;
+  started.timer = hedge_.Start();
+  started.keep_deadline = started.timer == absl::InfiniteFuture();
+  return started;
 }
 
 SendTerms HedgeAttemptPolicy::TermsFor(bool first,
@@ -146,11 +146,9 @@ SendTerms HedgeAttemptPolicy::TermsFor(bool first,
   return terms;
 }
 
-void HedgeAttemptPolicy::Annotate(TraceEvent& terminal, int decided_by,
-                                  std::vector<int> others) const {
+void HedgeAttemptPolicy::Annotate(TraceEvent& terminal, int decided_by) const {
   terminal.copy = decided_by;
-  std::sort(others.begin(), others.end());
-  terminal.cancelled = std::move(others);
+  std::sort(terminal.cancelled.begin(), terminal.cancelled.end());
 }
 
 std::optional<CallSummary> HedgeAttemptPolicy::Summary(int attempts, bool ok,

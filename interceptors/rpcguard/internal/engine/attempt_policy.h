@@ -53,6 +53,10 @@ struct EndFacts {
   bool server_pushback = false;  // the server named a delay or said stop
   bool throttle_allows = true;   // SettleAttempt's answer
   bool cancelled = false;        // by the caller
+  // A stream committed to this attempt (gRFC A6): its end is the call's,
+  // never retried. The engine's one fact (CallEngine::Commit), read here;
+  // streams are not hedged.
+  bool committed = false;
 };
 
 // What the engine does next.
@@ -87,12 +91,18 @@ struct PolicyStep {
   // Whether the parent call needs watching now (nothing in flight carries
   // it while the call waits).
   bool idle = false;
-  // After Start: the engine keeps the caller's deadline itself from now on
-  // (copies side by side: no one attempt carries it).
-  bool arm_deadline = false;
   // After OnRefused, done: the last attempt's failure is the call's answer
   // (a fail-fast in the retriable class); otherwise the refusal's own.
   bool last_failure_stands = false;
+};
+
+// What follows attempt 1's send (AttemptPolicy::Start).
+struct Started {
+  // When to ask the policy again (OnTimer); InfiniteFuture: never.
+  absl::Time timer = absl::InfiniteFuture();
+  // The engine keeps the caller's deadline itself from now on (copies side
+  // by side: no one attempt carries it).
+  bool keep_deadline = false;
 };
 
 // How the next attempt is paid for and traced (AttemptPolicy::TermsFor).
@@ -119,19 +129,20 @@ struct CallSummary {
 class AttemptPolicy {
  public:
   virtual ~AttemptPolicy() = default;
-  // Attempt 1 was sent: the step's `timer`, when to ask again
-  // (InfiniteFuture: never), and `arm_deadline`.
-  virtual PolicyStep Start() = 0;
+  // Attempt 1 was sent.
+  virtual Started Start() = 0;
   // The terms of an attempt about to be sent: the first, or a later one
   // (`replaces`: as the last step said; `next_charge`, `next_waits`: a
   // retry's, from the step that scheduled it). Pure: reads no state that
   // changes.
   virtual SendTerms TermsFor(bool first, std::optional<RetryCharge> replaces,
                              RetryCharge next_charge, bool next_waits) const;
-  // The call is decided, by attempt `decided_by` (0: none), with `others`
-  // (their numbers) cancelled: what the terminal line says of the policy.
-  virtual void Annotate(TraceEvent& /*terminal*/, int /*decided_by*/,
-                        std::vector<int> /*others*/) const {}
+  // The call is decided, by attempt `decided_by` (0: none), and the engine
+  // listed the attempts it cancels in `terminal.cancelled`: what the
+  // terminal line says of the policy (by default, not the copies).
+  virtual void Annotate(TraceEvent& terminal, int /*decided_by*/) const {
+    terminal.cancelled.clear();
+  }
   // The call's summary for stats, if the policy keeps one.
   virtual std::optional<CallSummary> Summary(int /*attempts*/, bool /*ok*/,
                                              int /*decided_by*/) const {
@@ -147,10 +158,6 @@ class AttemptPolicy {
   // An attempt after the first, asked for by the last step (`replaces`:
   // whether it replaced a failure), was refused by the gate for `refused`.
   virtual PolicyStep OnRefused(GiveUpReason refused, bool replaces) = 0;
-  // A stream committed to the attempt in flight (gRFC A6): from now on its
-  // end is the call's, never retried. Streams are not hedged: a hedging
-  // policy ignores it.
-  virtual void Commit() {}
 };
 
 class RetryAttemptPolicy final : public AttemptPolicy {
@@ -159,17 +166,15 @@ class RetryAttemptPolicy final : public AttemptPolicy {
   RetryAttemptPolicy(RetryController* controller, DestinationGates gates)
       : controller_(controller), gates_(gates) {}
 
-  PolicyStep Start() override { return PolicyStep{}; }
+  Started Start() override { return Started{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;
   PolicyStep OnRefused(GiveUpReason refused, bool replaces) override;
-  void Commit() override { committed_ = true; }
 
  private:
   RetryController* const controller_;
   const DestinationGates gates_;
-  bool committed_ = false;
 };
 
 // A call sent once (CallMode::kMetadataOnly): the application's own call is
@@ -188,7 +193,7 @@ class SentOnceAttemptPolicy final : public AttemptPolicy {
         may_repeat_(may_repeat),
         why_(why == GiveUpReason::kNone ? GiveUpReason::kMaxAttempts : why) {}
 
-  PolicyStep Start() override { return PolicyStep{}; }
+  Started Start() override { return Started{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   // Never asked: a call sent once sets no timer and sends nothing more.
@@ -210,7 +215,7 @@ class HedgeAttemptPolicy final : public AttemptPolicy {
                      absl::Duration min_attempt_time,
                      RetryBudget* hedge_budget);
 
-  PolicyStep Start() override;
+  Started Start() override;
   int NextNumber() const override { return hedge_.started(); }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;
@@ -221,8 +226,7 @@ class HedgeAttemptPolicy final : public AttemptPolicy {
   SendTerms TermsFor(bool first, std::optional<RetryCharge> replaces,
                      RetryCharge next_charge, bool next_waits) const override;
   // The terminal line names the deciding copy and those cancelled.
-  void Annotate(TraceEvent& terminal, int decided_by,
-                std::vector<int> others) const override;
+  void Annotate(TraceEvent& terminal, int decided_by) const override;
   std::optional<CallSummary> Summary(int attempts, bool ok,
                                      int decided_by) const override;
 

@@ -171,7 +171,6 @@ void CallEngine::Commit(CommitReason reason) {
   internal::MutexLock lock(&mu_);
   if (done_ || commit_.has_value()) return;
   commit_ = reason;
-  policy_impl_->Commit();
 }
 
 bool CallEngine::committed() const {
@@ -302,9 +301,9 @@ void CallEngine::SendAttempt(SendKind kind,
         if (in_flight_ == nullptr) in_flight_ = io_->Hold();
         refreshed = refreshed_;
         if (first) {
-          const PolicyStep step = policy_impl_->Start();
-          a.timer = step.timer;
-          a.arm_deadline = step.arm_deadline;
+          const Started started = policy_impl_->Start();
+          a.timer = started.timer;
+          a.arm_deadline = started.keep_deadline;
         }
       } else {
         attempt.reset();
@@ -452,6 +451,7 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
       decided = true;
     } else {
       RandomBitGen gen(env_.random);
+      facts.committed = commit_.has_value();
       step = policy_impl_->OnAttemptEnd(facts, gen);
       if (step.done) {
         FinishLocked(status, step.reason, attempt.get(),
@@ -801,7 +801,6 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
   const int decided_by = last != nullptr   ? last->number
                          : keep != nullptr ? keep->number
                                            : 0;
-  std::vector<int> others;
   for (const auto& other : attempts_) {
     if (other.get() == keep) {
       // The terminal attempt line counts the kept attempt's end.
@@ -812,9 +811,9 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
     if (other->context != nullptr && !other->sending) {
       a.cancel.push_back(other->context);
     }
-    others.push_back(other->number);
+    terminal.cancelled.push_back(other->number);
   }
-  policy_impl_->Annotate(terminal, decided_by, std::move(others));
+  policy_impl_->Annotate(terminal, decided_by);
   out->attempts = attempts;
   // A success carries no message; its attempts are in the trailer.
   out->status = status.ok()

@@ -258,7 +258,7 @@ class CallEngine {
   // The parent call ended with `code` (the parent watch).
   void OnParentEnded(grpc::StatusCode code) ABSL_LOCKS_EXCLUDED(mu_);
   // A stream committed to the attempt in flight, for `reason`: its end is
-  // the call's (AttemptPolicy::Commit), and the terminal trace line says
+  // the call's (EndFacts::committed), and the terminal trace line says
   // why. The first commit counts; none after the call is decided.
   void Commit(CommitReason reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the call has committed (Commit).
@@ -376,6 +376,8 @@ class CallEngine {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool refreshing_ ABSL_GUARDED_BY(mu_) = false;
+  // The commit, one fact: StreamFlow decides it (Commit), the policy reads
+  // it (EndFacts::committed), the terminal line and the stats carry it.
   std::optional<CommitReason> commit_ ABSL_GUARDED_BY(mu_);
   // What a cancel ends the call with: the caller's, or its parent's end.
   grpc::Status cancel_status_ ABSL_GUARDED_BY(mu_);

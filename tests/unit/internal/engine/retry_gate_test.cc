@@ -27,6 +27,7 @@ using ::rpcguard::internal::PolicyStep;
 using ::rpcguard::internal::RetryAttemptPolicy;
 using ::rpcguard::internal::SendTerms;
 using ::rpcguard::internal::SentOnceAttemptPolicy;
+using ::rpcguard::internal::Started;
 using ::rpcguard::testing::FakeClock;
 
 // A breaker that opens on its first failure and stays open 1 s.
@@ -686,11 +687,12 @@ TEST(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
   EXPECT_FALSE(next.traced);
   EXPECT_EQ(next.counts_first, nullptr);
   TraceEvent terminal;
-  retry.Annotate(terminal, 2, {1});
+  terminal.cancelled = {1};
+  retry.Annotate(terminal, 2);
   EXPECT_EQ(terminal.copy, 0);
   EXPECT_TRUE(terminal.cancelled.empty());
   EXPECT_FALSE(retry.Summary(2, true, 2).has_value());
-  EXPECT_FALSE(retry.Start().arm_deadline);
+  EXPECT_FALSE(retry.Start().keep_deadline);
 }
 
 TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
@@ -705,9 +707,9 @@ TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
       *RetryBudget::Create(OneRetry(), &clock);
   HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller, &clock,
                            absl::ZeroDuration(), hedge_budget.get());
-  const PolicyStep start = hedge.Start();
+  const Started start = hedge.Start();
   EXPECT_EQ(start.timer, clock.MonotonicNow() + absl::Milliseconds(30));
-  EXPECT_FALSE(start.arm_deadline);
+  EXPECT_FALSE(start.keep_deadline);
   const SendTerms first = hedge.TermsFor(/*first=*/true, std::nullopt,
                                          RetryCharge::kOnFailure, true);
   EXPECT_EQ(first.budget, nullptr);
@@ -726,7 +728,8 @@ TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
   EXPECT_TRUE(replacement.traced);
 
   TraceEvent terminal;
-  hedge.Annotate(terminal, 2, {3, 1});
+  terminal.cancelled = {3, 1};
+  hedge.Annotate(terminal, 2);
   EXPECT_EQ(terminal.copy, 2);
   EXPECT_EQ(terminal.cancelled, (std::vector<int>{1, 3}));
   const std::optional<CallSummary> won = hedge.Summary(3, /*ok=*/true, 2);
@@ -747,9 +750,9 @@ TEST(AttemptPolicyTerms, AHedgeWithoutDelayKeepsTheDeadlineFromTheStart) {
   hedging.max_attempts = 1;
   HedgeAttemptPolicy hedge(hedging, absl::Milliseconds(30), &controller, &clock,
                            absl::ZeroDuration(), nullptr);
-  const PolicyStep start = hedge.Start();
+  const Started start = hedge.Start();
   EXPECT_EQ(start.timer, absl::InfiniteFuture());
-  EXPECT_TRUE(start.arm_deadline);
+  EXPECT_TRUE(start.keep_deadline);
 }
 
 TEST(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
@@ -771,6 +774,36 @@ TEST(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
       retry.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/true);
   EXPECT_TRUE(own.done);
   EXPECT_FALSE(own.last_failure_stands);
+}
+
+// The commit is the engine's one fact, handed to the policy with the end:
+// a failure that would be retried ends a committed call.
+TEST(AttemptPolicyTerms, ACommittedAttemptsEndIsTheCalls) {
+  FakeClock clock;
+  MethodPolicy policy;
+  policy.idempotency = Idempotency::kIdempotent;
+  policy.retry.max_attempts = 5;
+  for (bool committed : {false, true}) {
+    RetryController controller(policy, /*may_repeat=*/true,
+                               clock.MonotonicNow() + absl::Seconds(5), &clock);
+    RetryAttemptPolicy retry(&controller, DestinationGates{});
+    controller.StartAttempt();
+    EndFacts facts;
+    facts.number = 1;
+    facts.end.code = grpc::StatusCode::UNAVAILABLE;
+    facts.outcome = controller.OutcomeOf(facts.end);
+    facts.status_class = StatusClass::kRetriable;
+    facts.committed = committed;
+    absl::BitGen gen;
+    const PolicyStep step = retry.OnAttemptEnd(facts, gen);
+    EXPECT_EQ(step.done, committed);
+    if (committed) {
+      EXPECT_EQ(GiveUpReasonName(step.reason),
+                GiveUpReasonName(GiveUpReason::kCommitted));
+    } else {
+      EXPECT_NE(step.timer, absl::InfiniteFuture());
+    }
+  }
 }
 
 }  // namespace
