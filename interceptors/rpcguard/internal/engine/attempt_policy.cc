@@ -7,6 +7,17 @@
 
 namespace rpcguard {
 namespace internal {
+namespace {
+
+// The call ends, for `reason`.
+PolicyStep Done(GiveUpReason reason) {
+  PolicyStep step;
+  step.done = true;
+  step.reason = reason;
+  return step;
+}
+
+}  // namespace
 
 SendTerms AttemptPolicy::TermsFor(bool first,
                                   std::optional<RetryCharge> /*replaces*/,
@@ -71,10 +82,7 @@ PolicyStep RetryAttemptPolicy::OnTimer() {
 
 PolicyStep RetryAttemptPolicy::OnRefused(GiveUpReason refused,
                                          bool /*replaces*/) {
-  PolicyStep step;
-  step.done = true;
-  step.reason = refused;
-  return step;
+  return Done(refused);
 }
 
 PolicyStep SentOnceAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
@@ -94,19 +102,11 @@ PolicyStep SentOnceAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
   return step;
 }
 
-PolicyStep SentOnceAttemptPolicy::OnTimer() {
-  PolicyStep step;
-  step.done = true;
-  step.reason = why_;
-  return step;
-}
+PolicyStep SentOnceAttemptPolicy::OnTimer() { return Done(why_); }
 
 PolicyStep SentOnceAttemptPolicy::OnRefused(GiveUpReason refused,
                                             bool /*replaces*/) {
-  PolicyStep step;
-  step.done = true;
-  step.reason = refused;
-  return step;
+  return Done(refused);
 }
 
 HedgeAttemptPolicy::HedgeAttemptPolicy(const HedgingPolicy& policy,

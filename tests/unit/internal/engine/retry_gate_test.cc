@@ -665,12 +665,25 @@ INSTANTIATE_TEST_SUITE_P(Rows, SentOncePolicyTest,
 // What differs between the policies is asked of them, never of the engine
 // (issue 30, §3): which budget pays, whether the attempt is traced, what
 // the terminal line names and the stats a call leaves.
-TEST(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
-  FakeClock clock;
-  MethodPolicy policy;
-  RetryController controller(policy, /*may_repeat=*/true,
-                             absl::InfiniteFuture(), &clock);
-  RetryAttemptPolicy retry(&controller, DestinationGates{});
+class AttemptPolicyTerms : public ::testing::Test {
+ protected:
+  // A hedging policy of `max_attempts` copies `delay` apart.
+  static HedgingPolicy Hedging(int max_attempts, absl::Duration delay) {
+    HedgingPolicy h;
+    h.max_attempts = max_attempts;
+    h.delay = delay;
+    return h;
+  }
+
+  FakeClock clock_;
+  MethodPolicy policy_;
+  RetryController controller_{policy_, /*may_repeat=*/true,
+                              clock_.MonotonicNow() + absl::Seconds(1),
+                              &clock_};
+};
+
+TEST_F(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
+  RetryAttemptPolicy retry(&controller_, DestinationGates{});
   const SendTerms first =
       retry.TermsFor(/*first=*/true, std::nullopt, RetryCharge::kOnFailure,
                      /*next_waits=*/true);
@@ -695,20 +708,15 @@ TEST(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
   EXPECT_FALSE(retry.Start().keep_deadline);
 }
 
-TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
-  FakeClock clock;
-  MethodPolicy policy;
-  RetryController controller(policy, /*may_repeat=*/true,
-                             clock.MonotonicNow() + absl::Seconds(1), &clock);
-  HedgingPolicy hedging;
-  hedging.max_attempts = 3;
-  hedging.delay = absl::Milliseconds(30);
+TEST_F(AttemptPolicyTerms,
+       AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
+  const HedgingPolicy hedging = Hedging(3, absl::Milliseconds(30));
   std::shared_ptr<RetryBudget> hedge_budget =
-      *RetryBudget::Create(OneRetry(), &clock);
-  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller, &clock,
+      *RetryBudget::Create(OneRetry(), &clock_);
+  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller_, &clock_,
                            absl::ZeroDuration(), hedge_budget.get());
   const Started start = hedge.Start();
-  EXPECT_EQ(start.timer, clock.MonotonicNow() + absl::Milliseconds(30));
+  EXPECT_EQ(start.timer, clock_.MonotonicNow() + absl::Milliseconds(30));
   EXPECT_FALSE(start.keep_deadline);
   const SendTerms first = hedge.TermsFor(/*first=*/true, std::nullopt,
                                          RetryCharge::kOnFailure, true);
@@ -741,35 +749,24 @@ TEST(AttemptPolicyTerms, AHedgeIsPaidByTheHedgeBudgetAndAReplacementAsARetry) {
   EXPECT_FALSE(hedge.Summary(1, /*ok=*/true, 1)->later_won);
 }
 
-TEST(AttemptPolicyTerms, AHedgeWithoutDelayKeepsTheDeadlineFromTheStart) {
-  FakeClock clock;
-  MethodPolicy policy;
-  RetryController controller(policy, /*may_repeat=*/true,
-                             clock.MonotonicNow() + absl::Seconds(1), &clock);
-  HedgingPolicy hedging;
-  hedging.max_attempts = 1;
-  HedgeAttemptPolicy hedge(hedging, absl::Milliseconds(30), &controller, &clock,
-                           absl::ZeroDuration(), nullptr);
+TEST_F(AttemptPolicyTerms, AHedgeWithoutDelayKeepsTheDeadlineFromTheStart) {
+  const HedgingPolicy hedging = Hedging(1, absl::ZeroDuration());
+  HedgeAttemptPolicy hedge(hedging, absl::Milliseconds(30), &controller_,
+                           &clock_, absl::ZeroDuration(), nullptr);
   const Started start = hedge.Start();
   EXPECT_EQ(start.timer, absl::InfiniteFuture());
   EXPECT_TRUE(start.keep_deadline);
 }
 
-TEST(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
-  FakeClock clock;
-  MethodPolicy policy;
-  RetryController controller(policy, /*may_repeat=*/true,
-                             clock.MonotonicNow() + absl::Seconds(1), &clock);
-  HedgingPolicy hedging;
-  hedging.max_attempts = 2;
-  hedging.delay = absl::Milliseconds(30);
-  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller, &clock,
+TEST_F(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
+  const HedgingPolicy hedging = Hedging(2, absl::Milliseconds(30));
+  HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller_, &clock_,
                            absl::ZeroDuration(), nullptr);
   hedge.Start();
   const PolicyStep refused =
       hedge.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/false);
   EXPECT_TRUE(refused.last_failure_stands);
-  RetryAttemptPolicy retry(&controller, DestinationGates{});
+  RetryAttemptPolicy retry(&controller_, DestinationGates{});
   const PolicyStep own =
       retry.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/true);
   EXPECT_TRUE(own.done);
@@ -778,7 +775,7 @@ TEST(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
 
 // The commit is the engine's one fact, handed to the policy with the end:
 // a failure that would be retried ends a committed call.
-TEST(AttemptPolicyTerms, ACommittedAttemptsEndIsTheCalls) {
+TEST(CommittedPolicyTest, ACommittedAttemptsEndIsTheCalls) {
   FakeClock clock;
   MethodPolicy policy;
   policy.idempotency = Idempotency::kIdempotent;
