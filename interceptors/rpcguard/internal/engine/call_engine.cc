@@ -831,11 +831,12 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
     // the channel.
     last->context.reset();
   }
+  a.summary = policy_impl_->Summary(attempts, status.ok(),
+                                    last != nullptr ? last->number : 0);
+  // `last` may be last_attempt_ itself: not read after this.
   last_attempt_.reset();
   a.cancel_timers.swap(timers_);
   refresh_timer_.reset();
-  a.summary = policy_impl_->Summary(attempts, status.ok(),
-                                    last != nullptr ? last->number : 0);
   outcome_ = out;
   Ending ending;
   ending.outcome = out;

@@ -414,6 +414,32 @@ TEST_F(CallEngineTest, ACallDecidedWhileTheGateIsAskedSendsNothing) {
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
 }
 
+// A retry the budget refuses when its backoff ends (another call spent the
+// budget meanwhile) ends the call with the last failure. That attempt is
+// the engine's last_attempt_, freed as the call finishes: an ASan run of
+// the chain benchmark caught the finish reading it after.
+TEST_F(CallEngineTest, ARetryTheBudgetRefusesAtItsSendEndsWithTheLastFailure) {
+  Make(Retry());
+  RetryBudgetOptions one;
+  one.ratio = 0;
+  one.min_retries_per_second = 0.1;  // one retry in the 10 s window
+  budget_ = *RetryBudget::Create(one, &clock_);
+  env_.gates.budget = budget_.get();
+  NewCall();
+  engine_->Start();
+  End(1, grpc::StatusCode::UNAVAILABLE);
+  io_.sent[0].reset();  // as the glue: an ended attempt is the engine's
+  const std::vector<size_t> backoff = io_.Active(TimerKind::kNext);
+  ASSERT_EQ(backoff.size(), 1u);
+  ASSERT_TRUE(budget_->TryAcquireRetry());  // another call's retry
+  Fire(backoff[0]);
+  EXPECT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(GiveUpReasonName(io_.terminal.reason),
+            GiveUpReasonName(GiveUpReason::kBudgetExhausted));
+}
+
 TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
   Make(Retry());
   NewCall();
