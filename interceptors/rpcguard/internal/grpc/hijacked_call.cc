@@ -112,10 +112,11 @@ void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
                                        grpc::Status status) {
   // The engine may let go of this object while it handles the end.
   std::shared_ptr<HijackedCall> self = shared_from_this();
-  const AttemptReport report =
+  engine_.OnAttemptDone(
+      attempt,
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata());
-  engine_.OnAttemptDone(attempt, report, nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata()),
+      nullptr);
 }
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
@@ -124,7 +125,7 @@ void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
   ride_ = engine_.RideFirstAttempt(std::move(admission), sent);
 }
 
-bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
+void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                                       const grpc::ChannelInterface* channel) {
   grpc::Status status = *batch->GetRecvStatus();
   // A call sent once gets what gRPC makes of it: nothing follows.
@@ -146,23 +147,16 @@ bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
     setup_.channel = batch->GetInterceptedChannel();
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
-  const AttemptReport report =
+  AttemptReport report =
       ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata());
   // Held to the end: the engine lets go of it.
   std::shared_ptr<EngineAttempt> attempt = std::move(ride_);
-  if (engine_.OnAttemptDone(attempt.get(), report, batch)) return true;
-  // Decided: `batch` is filled here and proceeds.
-  const FinalOutcome* outcome = engine_.Park(nullptr);
-  FillReceivedBatch(batch, *outcome, method_.name, response_object_);
-  return false;
+  // `batch` is the engine's now: filled and proceeded when the call is
+  // decided (at once, or after the attempts that follow).
+  engine_.OnAttemptDone(attempt.get(), std::move(report), batch);
 }
 
-void HijackedCall::Park(InterceptorBatchMethods* batch) {
-  const FinalOutcome* outcome = engine_.Park(batch);
-  if (outcome != nullptr) {
-    ServeBatches({batch}, *outcome, method_.name, response_object_);
-  }
-}
+void HijackedCall::Park(InterceptorBatchMethods* batch) { engine_.Park(batch); }
 
 AttemptReport ReadAttemptEnd(
     grpc::Status status,
@@ -233,10 +227,11 @@ void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
 void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
   // The engine may let go of this object while it handles the end.
   std::shared_ptr<HijackedCall> self = shared_from_this();
-  const AttemptReport report =
+  engine_.OnAttemptDone(
+      attempt,
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata());
-  engine_.OnAttemptDone(attempt, report, nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata()),
+      nullptr);
 }
 
 void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
@@ -399,6 +394,11 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
     stream_->Conclude(outcome);
     return;
   }
+  ServeBatches(batches, outcome, method_.name, response_object_);
+}
+
+void HijackedCall::ServeDecided(const FinalOutcome& outcome,
+                                const Batches& batches) {
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 
