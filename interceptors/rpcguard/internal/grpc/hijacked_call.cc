@@ -294,26 +294,17 @@ void HijackedCall::Refresh() {
 }
 
 void HijackedCall::WatchParent() {
-  if (setup_.caller.parent == nullptr) return;
-  {
-    internal::MutexLock lock(&mu_);
-    if (parent_watched_ || concluded_) return;
-    parent_watched_ = true;
-  }
+  // Called from the engine's events (CallIo), one at a time, as Conclude
+  // is: no lock.
+  if (setup_.caller.parent == nullptr || parent_watched_ || concluded_) return;
+  parent_watched_ = true;
   std::weak_ptr<HijackedCall> weak = weak_from_this();
-  std::shared_ptr<ParentWatch> watch = ParentWatch::Start(
-      setup_.core_channel, setup_.caller.parent,
-      setup_.caller.propagation.c_bitmask(), [weak](grpc::StatusCode code) {
-        if (auto self = weak.lock()) self->OnParentEnded(code);
-      });
-  if (watch == nullptr) return;
-  bool done;
-  {
-    internal::MutexLock lock(&mu_);
-    done = concluded_;
-    if (!done) parent_watch_ = watch;
-  }
-  if (done) watch->Stop();
+  parent_watch_ = ParentWatch::Start(setup_.core_channel, setup_.caller.parent,
+                                     setup_.caller.propagation.c_bitmask(),
+                                     [weak](grpc::StatusCode code) {
+                                       if (auto self = weak.lock())
+                                         self->OnParentEnded(code);
+                                     });
 }
 
 void HijackedCall::PrepareContext(
@@ -373,12 +364,8 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
                             const Batches& batches) {
   // Without a parent call nothing was watched (WatchParent).
   if (setup_.caller.parent != nullptr) {
-    std::shared_ptr<ParentWatch> watch;
-    {
-      internal::MutexLock lock(&mu_);
-      concluded_ = true;
-      watch = std::move(parent_watch_);
-    }
+    concluded_ = true;
+    std::shared_ptr<ParentWatch> watch = std::move(parent_watch_);
     if (watch != nullptr) watch->Stop();
   }
   if (terminal.decision == TraceDecision::kGiveUp) {
