@@ -110,9 +110,9 @@ struct EngineAttempt {
   // later (left to end by its own deadline): its end is counted there, not
   // again when it comes.
   bool ended_by_terminal = false;
-  // The glue's handle to cancel the attempt by (its ClientContext). Null
-  // for the application's own call, and once the final attempt's answer is
-  // taken.
+  // The glue's handle to cancel the attempt by (its ClientContext): copied
+  // under the engine's lock, used outside it. Null for the application's
+  // own call, and once the final attempt's answer is taken.
   std::shared_ptr<void> context;
 };
 

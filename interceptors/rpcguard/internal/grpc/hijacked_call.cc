@@ -294,17 +294,26 @@ void HijackedCall::Refresh() {
 }
 
 void HijackedCall::WatchParent() {
-  // Called from the engine's events (CallIo), one at a time, as Conclude
-  // is: no lock.
-  if (setup_.caller.parent == nullptr || parent_watched_ || concluded_) return;
-  parent_watched_ = true;
+  if (setup_.caller.parent == nullptr) return;
+  {
+    internal::MutexLock lock(&mu_);
+    if (parent_watched_ || concluded_) return;
+    parent_watched_ = true;
+  }
   std::weak_ptr<HijackedCall> weak = weak_from_this();
-  parent_watch_ = ParentWatch::Start(setup_.core_channel, setup_.caller.parent,
-                                     setup_.caller.propagation.c_bitmask(),
-                                     [weak](grpc::StatusCode code) {
-                                       if (auto self = weak.lock())
-                                         self->OnParentEnded(code);
-                                     });
+  std::shared_ptr<ParentWatch> watch = ParentWatch::Start(
+      setup_.core_channel, setup_.caller.parent,
+      setup_.caller.propagation.c_bitmask(), [weak](grpc::StatusCode code) {
+        if (auto self = weak.lock()) self->OnParentEnded(code);
+      });
+  if (watch == nullptr) return;
+  bool done;
+  {
+    internal::MutexLock lock(&mu_);
+    done = concluded_;
+    if (!done) parent_watch_ = watch;
+  }
+  if (done) watch->Stop();
 }
 
 void HijackedCall::PrepareContext(
@@ -364,8 +373,12 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
                             const Batches& batches) {
   // Without a parent call nothing was watched (WatchParent).
   if (setup_.caller.parent != nullptr) {
-    concluded_ = true;
-    std::shared_ptr<ParentWatch> watch = std::move(parent_watch_);
+    std::shared_ptr<ParentWatch> watch;
+    {
+      internal::MutexLock lock(&mu_);
+      concluded_ = true;
+      watch = std::move(parent_watch_);
+    }
     if (watch != nullptr) watch->Stop();
   }
   if (terminal.decision == TraceDecision::kGiveUp) {

@@ -41,7 +41,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "rpcguard/base/mutex.h"
 #include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
@@ -243,12 +245,12 @@ class HijackedCall final : public CallIo,
   std::unique_ptr<StreamFlow> stream_;
   CallEngine engine_;
 
+  internal::Mutex mu_;
   // Watches the caller's parent call once a wait has begun; stopped when
-  // the call is decided. Touched only by the engine's events (WatchParent,
-  // Conclude), which run one at a time: no lock.
-  bool parent_watched_ = false;
-  bool concluded_ = false;
-  std::shared_ptr<ParentWatch> parent_watch_;
+  // the call is decided.
+  bool parent_watched_ ABSL_GUARDED_BY(mu_) = false;
+  bool concluded_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ParentWatch> parent_watch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal
