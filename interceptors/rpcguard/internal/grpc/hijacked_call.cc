@@ -112,11 +112,10 @@ void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
                                        grpc::Status status) {
   // The engine may let go of this object while it handles the end.
   std::shared_ptr<HijackedCall> self = shared_from_this();
-  engine_.OnAttemptDone(
-      attempt,
+  const AttemptReport report =
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata()),
-      nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata());
+  engine_.OnAttemptDone(attempt, report, nullptr);
 }
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
@@ -125,7 +124,7 @@ void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
   ride_ = engine_.RideFirstAttempt(std::move(admission), sent);
 }
 
-void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
+bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                                       const grpc::ChannelInterface* channel) {
   grpc::Status status = *batch->GetRecvStatus();
   // A call sent once gets what gRPC makes of it: nothing follows.
@@ -147,16 +146,23 @@ void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
     setup_.channel = batch->GetInterceptedChannel();
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
-  AttemptReport report =
+  const AttemptReport report =
       ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata());
   // Held to the end: the engine lets go of it.
   std::shared_ptr<EngineAttempt> attempt = std::move(ride_);
-  // `batch` is the engine's now: filled and proceeded when the call is
-  // decided (at once, or after the attempts that follow).
-  engine_.OnAttemptDone(attempt.get(), std::move(report), batch);
+  if (engine_.OnAttemptDone(attempt.get(), report, batch)) return true;
+  // Decided: `batch` is filled here and proceeds.
+  const FinalOutcome* outcome = engine_.Park(nullptr);
+  FillReceivedBatch(batch, *outcome, method_.name, response_object_);
+  return false;
 }
 
-void HijackedCall::Park(InterceptorBatchMethods* batch) { engine_.Park(batch); }
+void HijackedCall::Park(InterceptorBatchMethods* batch) {
+  const FinalOutcome* outcome = engine_.Park(batch);
+  if (outcome != nullptr) {
+    ServeBatches({batch}, *outcome, method_.name, response_object_);
+  }
+}
 
 AttemptReport ReadAttemptEnd(
     grpc::Status status,
@@ -227,11 +233,10 @@ void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
 void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
   // The engine may let go of this object while it handles the end.
   std::shared_ptr<HijackedCall> self = shared_from_this();
-  engine_.OnAttemptDone(
-      attempt,
+  const AttemptReport report =
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata()),
-      nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata());
+  engine_.OnAttemptDone(attempt, report, nullptr);
 }
 
 void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
@@ -394,11 +399,6 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
     stream_->Conclude(outcome);
     return;
   }
-  ServeBatches(batches, outcome, method_.name, response_object_);
-}
-
-void HijackedCall::ServeDecided(const FinalOutcome& outcome,
-                                const Batches& batches) {
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 

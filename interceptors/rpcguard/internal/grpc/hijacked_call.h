@@ -152,10 +152,10 @@ class HijackedCall final : public CallIo,
 
   // The application's call, carrying attempt 1 (RideFirstAttempt), received
   // its outcome in `batch` (POST_RECV_STATUS); `channel` is the call's
-  // channel. rpcguard keeps `batch`, and fills and proceeds it when the
-  // call is decided (perhaps before this returns, perhaps on another
-  // thread): the caller must not touch the call again.
-  void OnFirstAttemptDone(grpc::experimental::InterceptorBatchMethods* batch,
+  // channel. Returns false when the call is decided and `batch`, filled,
+  // should proceed; true when rpcguard keeps it for the attempts that
+  // follow and proceeds it itself: the caller must not touch the call again.
+  bool OnFirstAttemptDone(grpc::experimental::InterceptorBatchMethods* batch,
                           const grpc::ChannelInterface* channel);
 
   // Ends the call before any attempt, with `status`.
@@ -189,8 +189,6 @@ class HijackedCall final : public CallIo,
   }
   void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
                 const Batches& batches) override;
-  void ServeDecided(const FinalOutcome& outcome,
-                    const Batches& batches) override;
 
   // StreamOwner: a streaming call's events.
   void OnCommit(CommitReason reason) override { engine_.Commit(reason); }

@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -47,8 +46,8 @@ class FakeIo final : public CallIo {
   std::shared_ptr<EngineAttempt> NewAttempt() override {
     auto a = std::make_shared<EngineAttempt>();
     a->context = std::make_shared<int>(++contexts_);
-    // Runs inside the send's event, before the gate is asked: where another
-    // thread's cancel could land.
+    // Runs where another thread's event could land: after the gate, before
+    // the engine looks again.
     if (on_new_attempt) {
       auto hook = std::move(on_new_attempt);
       on_new_attempt = nullptr;
@@ -96,18 +95,7 @@ class FakeIo final : public CallIo {
     ++concluded;
     status = outcome.status;
     this->terminal = terminal;
-    concluded_batches = batches.size();
-    if (on_conclude) {
-      auto hook = std::move(on_conclude);
-      on_conclude = nullptr;
-      hook();
-    }
-  }
-  std::function<void()> on_conclude;
-  void ServeDecided(const FinalOutcome& outcome,
-                    const Batches& batches) override {
-    static_cast<void>(outcome);
-    served_decided += batches.size();
+    static_cast<void>(batches);
   }
 
   // The active timers of `kind`.
@@ -130,8 +118,6 @@ class FakeIo final : public CallIo {
   int parent_watches = 0;
   int took_result_of = 0;
   int concluded = 0;
-  size_t concluded_batches = 0;
-  size_t served_decided = 0;
   grpc::Status status;
   TraceEvent terminal;
 
@@ -660,43 +646,6 @@ TEST_F(CallEngineTest, ACallDecidedWhileACopyIsSentConcludesAfterTheSend) {
   EXPECT_TRUE(io_.sent[1]->loser);
 }
 
-// Events run one at a time: an attempt's end that another thread reports
-// while a copy is being sent only queues (the reporting thread returns at
-// once), and the thread sending runs it after the send, so that nothing
-// concludes while a copy's context does not yet hold the channel.
-TEST_F(CallEngineTest, AnEndFromAnotherThreadDuringASendRunsAfterTheSend) {
-  Make(Hedge());
-  NewCall(absl::Seconds(10), /*hedging=*/true);
-  engine_->Start();
-  int concluded_during_send = -1;
-  io_.during_send = [&](const std::shared_ptr<EngineAttempt>&) {
-    std::thread other([&] { End(1, grpc::StatusCode::OK); });
-    other.join();  // returned: it queued, it did not wait for the send
-    concluded_during_send = io_.concluded;
-  };
-  Fire(io_.Active(TimerKind::kNext).at(0));
-  EXPECT_EQ(concluded_during_send, 0);
-  EXPECT_EQ(io_.concluded, 1);
-  EXPECT_TRUE(io_.status.ok());
-  EXPECT_EQ(io_.cancelled, std::vector<int>{2});
-}
-
-// A batch that waits for the outcome, arriving from another thread while
-// the deciding event runs, is served once, by the thread that decides.
-TEST_F(CallEngineTest, ABatchParkedWhileTheCallIsDecidedIsServedOnce) {
-  Make(Retry());
-  NewCall();
-  engine_->Start();
-  io_.on_conclude = [&] {
-    std::thread other([&] { engine_->Park(nullptr); });
-    other.join();
-  };
-  End(1, grpc::StatusCode::OK);
-  EXPECT_EQ(io_.concluded, 1);
-  EXPECT_EQ(io_.concluded_batches, 0u);
-  EXPECT_EQ(io_.served_decided, 1u);
-}
-
 TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
   Make(Hedge());
   for (int call = 0; call < 5; ++call) {
@@ -735,12 +684,9 @@ TEST_F(CallEngineTest, ABatchParkedBeforeTheEndIsServedAtTheEnd) {
   Make(Retry());
   NewCall();
   engine_->Start();
-  engine_->Park(nullptr);  // parked
-  EXPECT_EQ(io_.concluded, 0);
+  EXPECT_EQ(engine_->Park(nullptr), nullptr);  // parked
   End(1, grpc::StatusCode::OK);
-  EXPECT_EQ(io_.concluded_batches, 1u);  // served at the end
-  engine_->Park(nullptr);                // decided: served at once
-  EXPECT_EQ(io_.served_decided, 1u);
+  EXPECT_NE(engine_->Park(nullptr), nullptr);  // decided: served at once
 }
 
 }  // namespace
