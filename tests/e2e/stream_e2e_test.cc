@@ -34,8 +34,6 @@ using ::rpcguard::testing::v1::StreamReply;
 using ::rpcguard::testing::v1::StreamRequest;
 using ::rpcguard::testing::v1::Streams;
 
-constexpr char kService[] = "rpcguard.testing.v1.Streams";
-
 // The three streaming methods retried (IDEMPOTENT, 3 attempts, short
 // backoff, A6's jitter of +-20% so that a long backoff stays long);
 // UnsafeBidi left undeclared. `extra` goes into the top-level

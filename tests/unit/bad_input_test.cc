@@ -702,7 +702,7 @@ TEST_F(BadInputTest, TwoOrEmptyIdempotencyKeysAreRejectedBeforeSending) {
 // GRPC_CALL_ERROR_INVALID_METADATA", call_op_set.h). rpcguard validates the
 // key, so it refuses it like an oversized one.
 TEST_F(BadInputTest, IllegalIdempotencyKeyCharactersAreRejected) {
-  for (const std::string key :
+  for (const std::string& key :
        {std::string("a\nb"), std::string("tab\tkey"), std::string("cl\xc3\xa9"),
         std::string("nul\0key", 7), std::string("\x7f")}) {
     for (Api api : {Api::kSync, Api::kCallback}) {

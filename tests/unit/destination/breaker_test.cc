@@ -419,6 +419,7 @@ TEST_F(BreakerTest, HalfOpenAdmitsAtMostNProbes) {
   const Admission p1 = WaitForProbe(*breaker);
   const Admission p2 = breaker->Admit();
   const Admission p3 = breaker->Admit();
+  EXPECT_TRUE(p1.allowed() && p1.probe());
   EXPECT_TRUE(p2.allowed() && p2.probe());
   EXPECT_TRUE(p3.allowed() && p3.probe());
   EXPECT_EQ(breaker->Snapshot().probes_in_flight, 3);

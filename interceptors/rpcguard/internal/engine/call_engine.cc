@@ -3,15 +3,17 @@
 // CallEngine: the design and the states are in the header.
 //
 // One file on purpose, though it is over 600 lines: it is one state machine
-// under one lock, and its value is that every transition (send, an
-// attempt's end, a timer, a refusal, the refresh, the cancel, the finish)
-// reads in one place, against the same members, in the order the header's
-// diagram draws them. Split by event, the copies of a call's rules that the
-// engine replaced would start to grow back. A stream adds one event, Commit,
-// not a second machine. Reading order: SendAttempt and RefusedLocked
-// (sending), Commit, OnAttemptDone (an attempt's end), OnTimer, Act,
-// Arm and ArmDeadline (timers), Cancel, OnParentEnded and DoCancel (the
-// cancel), EndRefresh, then FinishLocked and Conclude (the one finish).
+// whose events run one at a time on the call's serializer, and its value is
+// that every transition (send, an attempt's end, a timer, a refusal, the
+// refresh, the cancel, the finish) reads in one place, against the same
+// members, in the order the header's diagram draws them. Split by event,
+// the copies of a call's rules that the engine replaced would start to grow
+// back. A stream's own events run on the same serializer (stream_flow.h)
+// and tell the engine one fact, the commit: not a second machine. Reading
+// order: Run and TakeCancel (how events run), SendAttempt and Refused
+// (sending), HandleAttemptEnd (an attempt's end), HandleTimer, Act, Arm and
+// ArmDeadline (timers), Cancel, HandleParentEnded and DoCancel (the
+// cancel), EndRefresh, then Finish and Conclude (the one finish).
 
 #include "rpcguard/internal/engine/call_engine.h"
 
@@ -30,23 +32,6 @@
 namespace rpcguard {
 namespace internal {
 namespace {
-
-// The outcome of an attempt that was admitted but not sent: it tells the
-// breaker and the budget nothing (kIgnored, refunded).
-AttemptOutcome NeverSent() {
-  AttemptOutcome o;
-  o.code = grpc::StatusCode::CANCELLED;
-  o.caller_cancelled = true;
-  return o;
-}
-
-// Gives back what the gate granted an attempt that is not sent after all.
-void GiveBack(const DestinationGates& gates, const AttemptStart& start) {
-  SettleAttempt(gates, start.charge, StatusClass::kFatal, NeverSent(),
-                /*server_said_stop=*/false);
-  RecordAttemptEnd(gates, start.admission, StatusClass::kFatal, NeverSent(),
-                   /*retrying=*/false);
-}
 
 // RPCGUARD_TRACE=engine: on or off, and where lines go (stderr unless a
 // test set a sink). Built once; never destroyed.
@@ -112,26 +97,21 @@ void SetEngineTraceForTest(std::function<void(absl::string_view)> sink) {
   t.sink = std::move(sink);
 }
 
-void CallEngine::NoteLocked(absl::string_view event, int attempt) {
+void CallEngine::Note(absl::string_view event, int attempt) {
   const EngineState next = done_                ? EngineState::kDone
                            : refreshing_        ? EngineState::kRefreshing
-                           : sending_ > 0       ? EngineState::kSending
+                           : sending_           ? EngineState::kSending
                            : !attempts_.empty() ? EngineState::kInFlight
                            : first_sent_ == absl::InfinitePast()
                                ? EngineState::kIdle
                                : EngineState::kWaiting;
-  if (next == state_) return;
-  const EngineState from = state_;
-  state_ = next;
+  const EngineState from = state_.load(std::memory_order_relaxed);
+  if (next == from) return;
+  state_.store(next, std::memory_order_release);
   if (!GetEngineTrace().on.load(std::memory_order_relaxed)) return;
   WriteEngineTrace(absl::StrFormat(
       "rpcguard engine: call=%x attempt=%d %s -> %s on %s", call_id_, attempt,
       EngineStateName(from), EngineStateName(next), event));
-}
-
-EngineState CallEngine::state() const {
-  internal::MutexLock lock(&mu_);
-  return state_;
 }
 
 CallEngine::CallEngine(CallIo* io, const EngineEnv& env,
@@ -167,28 +147,39 @@ AttemptPolicy* CallEngine::ChoosePolicy(bool may_repeat, bool hedging,
   return &*retry_;
 }
 
-void CallEngine::Commit(CommitReason reason) {
-  internal::MutexLock lock(&mu_);
+template <typename F>
+void CallEngine::Run(F&& event) {
+  // No hold per event: the caller keeps the glue alive while its event runs
+  // (the application's batch not yet served, an attempt's or a timer's
+  // callback holding it); an event after which it may go (the last batch
+  // served, the last attempt's hold let go) hands the drain a reference
+  // (Serializer::KeepAlive).
+  serializer_.Run(std::forward<F>(event));
+}
+
+bool CallEngine::TakeCancel() {
+  if (!cancelled_ && !done_ &&
+      cancel_requested_.load(std::memory_order_acquire)) {
+    cancelled_ = true;
+    cancel_status_ = CancelledByCaller();
+    cancel_reason_ = GiveUpReason::kCancelled;
+  }
+  return cancelled_;
+}
+
+void CallEngine::CommitInEvent(CommitReason reason) {
   if (done_ || commit_.has_value()) return;
   commit_ = reason;
+  committed_.store(true, std::memory_order_release);
 }
 
-bool CallEngine::committed() const {
-  internal::MutexLock lock(&mu_);
-  return commit_.has_value();
+void CallEngine::Commit(CommitReason reason) {
+  Run([this, reason] { CommitInEvent(reason); });
 }
 
-int CallEngine::attempts() const {
-  internal::MutexLock lock(&mu_);
-  return controller_.attempts();
+void CallEngine::Start() {
+  Run([this] { SendAttempt(SendKind::kFirst, std::nullopt); });
 }
-
-bool CallEngine::done() const {
-  internal::MutexLock lock(&mu_);
-  return done_;
-}
-
-void CallEngine::Start() { SendAttempt(SendKind::kFirst, std::nullopt); }
 
 std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
     std::optional<Admission> admission, absl::Time sent) {
@@ -198,62 +189,64 @@ std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
   attempt->admission = std::move(admission);
   attempt->app_call = true;
   attempt->number = 1;
-  internal::MutexLock lock(&mu_);
-  attempt->deadline = controller_.StartAttempt();
   attempt->sent = sent;
-  first_sent_ = attempt->sent;
-  attempts_.push_back(attempt);
-  NoteLocked("ride", 1);
+  // Its end comes after this event, which joins it to the list.
+  Run([this, attempt] {
+    attempt->deadline = controller_.StartAttempt();
+    attempts_seen_.store(controller_.attempts(), std::memory_order_release);
+    first_sent_ = attempt->sent;
+    attempts_.push_back(attempt);
+    Note("ride", 1);
+  });
   return attempt;
 }
 
-void CallEngine::FailBeforeStart(const grpc::Status& status,
-                                 GiveUpReason reason) {
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    FinishLocked(status, reason, nullptr, TraceEvent::Kind::kFailFast,
-                 StatusClass::kFatal, a);
-  }
-  Act(a);
+void CallEngine::FailBeforeStart(grpc::Status status, GiveUpReason reason) {
+  Run([this, status = std::move(status), reason] {
+    if (done_) return;
+    Actions a;
+    Finish(status, reason, nullptr, TraceEvent::Kind::kFailFast,
+           StatusClass::kFatal, a);
+    Act(a);
+  });
 }
 
-const FinalOutcome* CallEngine::Park(Batches::value_type batch) {
-  internal::MutexLock lock(&mu_);
+void CallEngine::Park(Batches::value_type batch) {
+  Run([this, batch] { ParkOrServe(batch); });
+}
+
+void CallEngine::ParkOrServe(Batches::value_type batch) {
   if (!done_) {
     parked_.push_back(batch);
-    return nullptr;
+    return;
   }
-  return outcome_;
+  // The application may destroy its call once this batch is served.
+  if (in_flight_ == nullptr && !serializer_.keeping_alive()) {
+    serializer_.KeepAlive(io_->Hold());
+  }
+  io_->ServeDecided(*outcome_, Batches{batch});
 }
 
 void CallEngine::SendAttempt(SendKind kind,
                              std::optional<RetryCharge> replaces) {
+  if (done_) return;
   const bool first = kind == SendKind::kFirst;
-  int number = 1;
-  bool cancelled = false;
-  RetryCharge next_charge = RetryCharge::kUpFront;
-  bool next_waits = false;
-  std::optional<Admission> deferred;
-  if (!first) {
-    internal::MutexLock lock(&mu_);
-    if (done_) return;
-    number = policy_impl_->NextNumber();
-    cancelled = cancelled_;
-    next_charge = next_charge_;
-    next_waits = next_waits_;
-    deferred = std::move(deferred_failure_);
-    deferred_failure_.reset();
-  }
-  // Attempt 1 reads nothing under the lock: the second look below sees a
-  // cancel or an end that came meanwhile.
+  const int number = first ? 1 : policy_impl_->NextNumber();
+  std::optional<Admission> deferred = std::move(deferred_failure_);
+  deferred_failure_.reset();
+  // Built before the gate is asked, so that a cancel that comes meanwhile
+  // is seen by the gate, the last look before the send.
+  std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
+  const bool cancelled = TakeCancel();
   const absl::Duration remaining = deadline_ - Now();
-  // Which budget pays, and how: the policy's terms (pure, so asked here).
-  const SendTerms terms =
-      policy_impl_->TermsFor(first, replaces, next_charge, next_waits);
+  // Which budget pays, and how: the policy's terms.
+  const SendTerms terms = policy_impl_->TermsFor(
+      first, replaces, first ? RetryCharge::kUpFront : next_charge_,
+      !first && next_waits_);
   DestinationGates gates = env_.gates;
   if (terms.budget != nullptr) gates.budget = terms.budget;
-  // Outside mu_: the breaker may call transition listeners.
+  // The breaker may call transition listeners: on this thread, with no
+  // lock held.
   AttemptStart start =
       BeforeAttempt(number, cancelled, remaining, gates, terms.charge);
   // Another budget's grant is final; there is nothing to settle.
@@ -264,92 +257,44 @@ void CallEngine::SendAttempt(SendKind kind,
   if (deferred.has_value()) {
     RecordDeferredFailure(gates, *deferred, start.refused);
   }
-
-  std::shared_ptr<EngineAttempt> attempt;
-  if (start.refused == GiveUpReason::kNone) attempt = io_->NewAttempt();
-  std::optional<RefreshedCredentials> refreshed;
-  bool give_back = false;
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    if (done_) {
-      // Decided while the gate was asked (a deadline, a cancel): the
-      // attempt is not sent. Sent, it would be in no list, and its context
-      // would go when this function returns, under gRPC's hands.
-      give_back = start.refused == GiveUpReason::kNone;
-      attempt.reset();
-    } else {
-      GiveUpReason refused = start.refused;
-      if (refused == GiveUpReason::kNone && cancelled_) {
-        // Cancelled while the gate was asked.
-        refused = GiveUpReason::kCancelled;
-        give_back = true;
-      }
-      if (refused == GiveUpReason::kNone) {
-        attempt->number = number;
-        attempt->admission = std::move(start.admission);
-        attempt->charge = start.charge;
-        attempt->wait_for_connection = terms.waits;
-        attempt->deadline = controller_.StartAttempt();
-        attempt->sent = controller_.Now();
-        if (number == 1) first_sent_ = attempt->sent;
-        env_.recorder->AttemptStarted();
-        attempt->sending = true;
-        attempts_.push_back(attempt);
-        ++sending_;
-        NoteLocked("send", number);
-        if (in_flight_ == nullptr) in_flight_ = io_->Hold();
-        refreshed = refreshed_;
-        if (first) {
-          const Started started = policy_impl_->Start();
-          a.timer = started.timer;
-          a.arm_deadline = started.keep_deadline;
-        }
-      } else {
-        attempt.reset();
-        RefusedLocked(refused, start, first, replaces.has_value(), a);
-      }
-    }
-  }
-  if (give_back) GiveBack(gates, start);
-  if (attempt == nullptr) {
+  if (start.refused != GiveUpReason::kNone) {
+    Refused(start.refused, start, first, replaces.has_value(), a);
     Act(a);
     return;
   }
-
-  // Held here: the attempt may end, and the engine let go of it, before
-  // Send returns.
-  const std::shared_ptr<void> context = attempt->context;
-  io_->Send(attempt, refreshed);
+  attempt->number = number;
+  attempt->admission = std::move(start.admission);
+  attempt->charge = start.charge;
+  attempt->wait_for_connection = terms.waits;
+  attempt->deadline = controller_.StartAttempt();
+  attempt->sent = controller_.Now();
+  attempts_seen_.store(controller_.attempts(), std::memory_order_release);
+  if (number == 1) first_sent_ = attempt->sent;
+  env_.recorder->AttemptStarted();
+  // Joins the list before it starts: its end, even one that comes inside
+  // Send, finds it there (after this event).
+  attempts_.push_back(attempt);
+  sending_ = true;
+  Note("send", number);
+  if (in_flight_ == nullptr) in_flight_ = io_->Hold();
+  if (first) {
+    const Started started = policy_impl_->Start();
+    a.timer = started.timer;
+    a.arm_deadline = started.keep_deadline;
+  }
+  io_->Send(attempt, refreshed_);
+  sending_ = false;
+  Note("sent", number);
   if (terms.traced) TraceHedgeSent(number);
-
-  bool cancel_now;
-  std::optional<Ending> ending;
-  {
-    internal::MutexLock lock(&mu_);
-    // The call was decided, or cancelled, while this attempt was started.
-    attempt->sending = false;
-    // (An attempt that ended already, deciding the call itself, is not.)
-    cancel_now = !attempt->ended && (cancelled_ || done_);
-    if (cancel_now && !cancelled_) attempt->loser = true;
-    if (--sending_ == 0) ending.swap(deferred_ending_);
-    NoteLocked("sent", number);
-  }
-  if (cancel_now) io_->Cancel(context);
-  attempt.reset();
   Act(a);
-  if (ending.has_value()) {
-    // Decided while this attempt was being started: its context now holds
-    // the channel, so the application may have the result.
-    Conclude(*ending);
-  }
 }
 
-void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
-                               bool first, bool replaces, Actions& a) {
+void CallEngine::Refused(GiveUpReason refused, const AttemptStart& start,
+                         bool first, bool replaces, Actions& a) {
   if (refused == GiveUpReason::kCancelled) {
-    FinishLocked(cancel_status_, cancel_reason_, nullptr,
-                 TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+    Finish(cancel_status_, cancel_reason_, nullptr, TraceEvent::Kind::kFailFast,
+           StatusClass::kFatal, a);
     return;
   }
   if (!first) {
@@ -358,54 +303,71 @@ void CallEngine::RefusedLocked(GiveUpReason refused, const AttemptStart& start,
     if (step.last_failure_stands) {
       // The next attempt was not sent: a fail-fast (the last attempt's
       // end was its own line, and counted there).
-      FinishLocked(last_status_, refused, last_attempt_.get(),
-                   TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
+      Finish(last_status_, refused, last_attempt_.get(),
+             TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
       return;
     }
   }
   switch (refused) {
     case GiveUpReason::kBreakerOpen:
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                absl::StrCat("rpcguard: ",
-                                             env_.gates.breaker->RefusalMessage(
-                                                 *start.admission))),
-                   refused, nullptr, TraceEvent::Kind::kFailFast,
-                   StatusClass::kFatal, a);
+      Finish(grpc::Status(
+                 grpc::StatusCode::UNAVAILABLE,
+                 absl::StrCat("rpcguard: ", env_.gates.breaker->RefusalMessage(
+                                                *start.admission))),
+             refused, nullptr, TraceEvent::Kind::kFailFast, StatusClass::kFatal,
+             a);
       return;
     case GiveUpReason::kThrottled:
       if (first || last_attempt_ == nullptr) {
-        FinishLocked(ThrottledStatus(env_.destination), refused, nullptr,
-                     TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+        Finish(ThrottledStatus(env_.destination), refused, nullptr,
+               TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
         return;
       }
-      FinishLocked(last_status_, refused, last_attempt_.get(),
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      Finish(last_status_, refused, last_attempt_.get(),
+             TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
       return;
     case GiveUpReason::kBudgetExhausted:
       // The previous attempt's answer stands, as for any give-up; the
       // terminal event is the attempt that was not sent.
-      FinishLocked(last_status_, refused, last_attempt_.get(),
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      Finish(last_status_, refused, last_attempt_.get(),
+             TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
       return;
     default:  // kDeadline
-      FinishLocked(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                absl::StrCat("deadline passed before attempt ",
-                                             controller_.attempts() + 1)),
-                   GiveUpReason::kDeadline, nullptr,
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+      Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("deadline passed before attempt ",
+                                       controller_.attempts() + 1)),
+             GiveUpReason::kDeadline, nullptr, TraceEvent::Kind::kFailFast,
+             StatusClass::kFatal, a);
       return;
   }
 }
 
-bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
+void CallEngine::OnAttemptDone(EngineAttempt* attempt, AttemptReport report,
                                Batches::value_type hold) {
-  // Declared first, so released last: the glue may be otherwise
-  // unreferenced once the application's call has its result.
-  std::shared_ptr<void> self;
-  std::shared_ptr<EngineAttempt> attempt;
+  Run([this, attempt, report = std::move(report), hold] {
+    HandleAttemptEnd(attempt, report, hold);
+  });
+}
+
+void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
+                                  const AttemptReport& report,
+                                  Batches::value_type hold) {
+  auto it = std::find_if(attempts_.begin(), attempts_.end(),
+                         [raw](const auto& a) { return a.get() == raw; });
+  if (it == attempts_.end()) {  // not this call's: cannot be
+    if (hold != nullptr) ParkOrServe(hold);
+    return;
+  }
+  TakeCancel();
+  std::shared_ptr<EngineAttempt> attempt = std::move(*it);
+  attempts_.erase(it);
+  attempt->ended = true;
+  attempt->ended_at = controller_.Now();
+  // The glue stays held until the drain returns.
+  if (attempts_.empty()) serializer_.KeepAlive(std::move(in_flight_));
   const grpc::Status& status = report.status;
   EndFacts facts;
-  facts.number = raw->number;
+  facts.number = attempt->number;
   facts.end.code = status.error_code();
   facts.end.local_error = report.local_error;
   facts.end.not_sent = report.not_sent;
@@ -413,84 +375,20 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
   facts.pushback = report.pushback;
   facts.server_pushback = report.pushback.kind != Pushback::Kind::kNone ||
                           report.pushback.min_delay.has_value();
-  bool decided;
-  {
-    internal::MutexLock lock(&mu_);
-    auto it = std::find_if(attempts_.begin(), attempts_.end(),
-                           [raw](const auto& a) { return a.get() == raw; });
-    if (it == attempts_.end()) return false;  // not this call's: cannot be
-    attempt = std::move(*it);
-    attempts_.erase(it);
-    attempt->ended = true;
-    attempt->ended_at = controller_.Now();
-    if (attempts_.empty()) self = std::move(in_flight_);
-    facts.end.caller_cancelled = cancelled_;
-    facts.cancelled = cancelled_;
-    facts.outcome = controller_.OutcomeOf(facts.end);
-    decided = done_;
-  }
+  facts.end.caller_cancelled = cancelled_;
+  facts.cancelled = cancelled_;
+  facts.outcome = controller_.OutcomeOf(facts.end);
   // An attempt rpcguard cancelled because another decided the call says
   // nothing of the server.
   if (attempt->loser) facts.outcome.caller_cancelled = true;
   facts.status_class = policy_.MakeClassifier().Classify(facts.outcome);
   const DestinationGates& gates = env_.gates;
-  // Outside mu_: the throttle and budget are shared.
   facts.throttle_allows =
       SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
                     report.pushback.kind == Pushback::Kind::kStop,
                     report.pushback.downstream_gave_up);
 
-  PolicyStep step;
-  Actions a;
-  TraceEvent line;
-  bool traced = false;
-  bool parked = false;
-  if (!decided) {
-    internal::MutexLock lock(&mu_);
-    if (done_) {
-      decided = true;
-    } else {
-      RandomBitGen gen(env_.random);
-      facts.committed = commit_.has_value();
-      step = policy_impl_->OnAttemptEnd(facts, gen);
-      if (step.done) {
-        FinishLocked(status, step.reason, attempt.get(),
-                     TraceEvent::Kind::kAttempt, step.status_class, a);
-      } else {
-        // The call goes on: this failure stands if nothing better comes.
-        last_status_ = status;
-        last_attempt_ = attempt;
-        if (hold != nullptr) {
-          parked_.push_back(hold);
-          parked = true;
-        }
-        if (step.defer_failure) deferred_failure_ = attempt->admission;
-        if (step.timer != absl::InfiniteFuture() || step.refresh) {
-          next_charge_ = step.next_charge;
-          next_waits_ = step.next_waits;
-        }
-        if (step.refresh) {
-          refreshing_ = true;
-          a.refresh = true;
-          a.refresh_deadline = controller_.deadline();
-        }
-        a.send = step.send;
-        a.replaces = step.replaces;
-        a.timer = step.timer;
-        a.watch_parent = step.idle;
-        line.attempt = attempt->number;
-        line.code = status.error_code();
-        line.status_class = step.status_class;
-        line.decision = step.decision;
-        line.backoff = step.trace_backoff;
-        line.deadline_left = controller_.Remaining();
-        line.attempt_duration = controller_.Now() - attempt->sent;
-        traced = true;
-        NoteLocked("attempt_end", attempt->number);
-      }
-    }
-  }
-  if (decided) {
+  if (done_) {
     // Ended after the call did (cancelled as a loser, or outrun): no trace
     // line, but an attempt that ended all the same (A66), so that started
     // minus ended returns to zero.
@@ -503,12 +401,53 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
     if (attempt->number == 1 && attempt->loser && env_.latency != nullptr) {
       env_.latency->RecordAtLeast(Now() - attempt->sent);
     }
-    io_->Release(attempt);
-    return false;
+    io_->Release(std::move(attempt));
+    if (hold != nullptr) ParkOrServe(hold);
+    return;
+  }
+
+  Actions a;
+  RandomBitGen gen(env_.random);
+  facts.committed = commit_.has_value();
+  const PolicyStep step = policy_impl_->OnAttemptEnd(facts, gen);
+  // Served when the call is decided: now (Finish), or later.
+  if (hold != nullptr) parked_.push_back(hold);
+  TraceEvent line;
+  bool traced = false;
+  if (step.done) {
+    Finish(status, step.reason, attempt.get(), TraceEvent::Kind::kAttempt,
+           step.status_class, a);
+  } else {
+    // The call goes on: this failure stands if nothing better comes.
+    last_status_ = status;
+    last_attempt_ = attempt;
+    if (step.defer_failure) deferred_failure_ = attempt->admission;
+    if (step.timer != absl::InfiniteFuture() || step.refresh) {
+      next_charge_ = step.next_charge;
+      next_waits_ = step.next_waits;
+    }
+    if (step.refresh) {
+      refreshing_ = true;
+      a.refresh = true;
+      a.refresh_deadline = controller_.deadline();
+    }
+    a.send = step.send;
+    a.replaces = step.replaces;
+    a.timer = step.timer;
+    a.watch_parent = step.idle;
+    line.attempt = attempt->number;
+    line.code = status.error_code();
+    line.status_class = step.status_class;
+    line.decision = step.decision;
+    line.backoff = step.trace_backoff;
+    line.deadline_left = controller_.Remaining();
+    line.attempt_duration = controller_.Now() - attempt->sent;
+    traced = true;
+    Note("attempt_end", attempt->number);
   }
   // The destination hears of the attempt now that it is known whether the
-  // call retries (retry_gate.h), and before the next attempt can start;
-  // outside mu_: a breaker transition calls listeners on this thread.
+  // call retries (retry_gate.h), and before the next attempt can start; a
+  // breaker transition calls listeners on this thread.
   RecordAttemptEnd(gates, attempt->admission, step.status_class, step.outcome,
                    step.retrying);
   // The adaptive delay learns from each call's first attempt only (a later
@@ -520,10 +459,13 @@ bool CallEngine::OnAttemptDone(EngineAttempt* raw, const AttemptReport& report,
   }
   if (traced) Trace(line, &status);
   Act(a);
-  return parked;
 }
 
 void CallEngine::OnTimer(TimerKind kind) {
+  Run([this, kind] { HandleTimer(kind); });
+}
+
+void CallEngine::HandleTimer(TimerKind kind) {
   switch (kind) {
     case TimerKind::kCancel:
       DoCancel();
@@ -538,23 +480,20 @@ void CallEngine::OnTimer(TimerKind kind) {
     case TimerKind::kNext:
       break;
   }
+  if (TakeCancel() || done_) return;
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    if (done_ || cancelled_) return;
-    // From the first wait on, the engine keeps the caller's deadline itself
-    // (ArmDeadline).
-    a.arm_deadline = true;
-    const PolicyStep step = policy_impl_->OnTimer();
-    if (step.done) {
-      // No copy runs and the next is not sent: a fail-fast (the last
-      // copy's end was its own line, and counted there).
-      FinishLocked(last_status_, step.reason, last_attempt_.get(),
-                   TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
-    } else {
-      a.send = step.send;
-      a.timer = step.timer;
-    }
+  // From the first wait on, the engine keeps the caller's deadline itself
+  // (ArmDeadline).
+  a.arm_deadline = true;
+  const PolicyStep step = policy_impl_->OnTimer();
+  if (step.done) {
+    // No copy runs and the next is not sent: a fail-fast (the last copy's
+    // end was its own line, and counted there).
+    Finish(last_status_, step.reason, last_attempt_.get(),
+           TraceEvent::Kind::kFailFast, StatusClass::kRetriable, a);
+  } else {
+    a.send = step.send;
+    a.timer = step.timer;
   }
   Act(a);
 }
@@ -584,22 +523,10 @@ void CallEngine::Act(Actions& a) {
 }
 
 void CallEngine::Arm(absl::Time when, TimerKind kind) {
-  {
-    internal::MutexLock lock(&mu_);
-    if (done_) return;
-  }
+  if (done_) return;
   const TimerHandle handle = io_->Schedule(when, kind);
-  bool done;
-  {
-    internal::MutexLock lock(&mu_);
-    done = done_;
-    if (!done) {
-      timers_.push_back(handle);
-      if (kind == TimerKind::kRefreshDeadline) refresh_timer_ = handle;
-    }
-  }
-  // Decided meanwhile: the finish did not see this timer.
-  if (done) io_->CancelTimer(handle);
+  timers_.push_back(handle);
+  if (kind == TimerKind::kRefreshDeadline) refresh_timer_ = handle;
 }
 
 void CallEngine::ArmDeadline() {
@@ -609,139 +536,121 @@ void CallEngine::ArmDeadline() {
   // events: the call would end that much late. A timer keeps the deadline
   // instead, on the real clock (with an injected clock, the attempts'
   // endings do).
-  absl::Time deadline;
-  {
-    internal::MutexLock lock(&mu_);
-    if (deadline_armed_ || done_) return;
-    deadline = controller_.deadline();
-    if (deadline == absl::InfiniteFuture() || !io_->KeepsDeadline()) return;
-    deadline_armed_ = true;
-  }
+  if (deadline_armed_ || done_) return;
+  const absl::Time deadline = controller_.deadline();
+  if (deadline == absl::InfiniteFuture() || !io_->KeepsDeadline()) return;
+  deadline_armed_ = true;
   Arm(deadline, TimerKind::kDeadline);
 }
 
 void CallEngine::OnDeadline() {
+  // Nothing in flight (a wait): the wait's timer, which never fires after
+  // the deadline, ends the call.
+  if (TakeCancel() || done_ || attempts_.empty()) return;
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    // Nothing in flight (a wait): the wait's timer, which never fires after
-    // the deadline, ends the call.
-    if (done_ || cancelled_ || attempts_.empty()) return;
-    // The oldest attempt is left to end by its own deadline and to be
-    // counted as the call's failure, as when its ending decides the call;
-    // the others are cancelled.
-    const EngineAttempt* keep = attempts_.front().get();
-    FinishLocked(
-        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
-        GiveUpReason::kDeadline, nullptr, TraceEvent::Kind::kAttempt,
-        StatusClass::kRetriable, a, keep);
-  }
+  // The oldest attempt is left to end by its own deadline and to be
+  // counted as the call's failure, as when its ending decides the call;
+  // the others are cancelled.
+  const EngineAttempt* keep = attempts_.front().get();
+  Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
+         GiveUpReason::kDeadline, nullptr, TraceEvent::Kind::kAttempt,
+         StatusClass::kRetriable, a, keep);
   Act(a);
 }
 
 void CallEngine::Cancel() {
-  {
-    internal::MutexLock lock(&mu_);
-    if (cancelled_ || done_) return;
-    cancelled_ = true;
-    cancel_status_ = CancelledByCaller();
-    cancel_reason_ = GiveUpReason::kCancelled;
+  if (decided_.load(std::memory_order_acquire) ||
+      cancel_requested_.exchange(true, std::memory_order_acq_rel)) {
+    return;
   }
   // Deferred: a caller's cancel arrives while gRPC holds the application
   // context's lock, and cancelling an attempt would take locks an ending
-  // attempt holds.
-  Arm(Now(), TimerKind::kCancel);
+  // attempt holds. Not remembered with the call's timers: one that fires
+  // after the end finds the call done.
+  io_->Schedule(Now(), TimerKind::kCancel);
 }
 
 void CallEngine::OnParentEnded(grpc::StatusCode code) {
-  {
-    internal::MutexLock lock(&mu_);
-    if (cancelled_ || done_) return;
-    cancelled_ = true;
-    if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      cancel_status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                    "the parent call's deadline passed");
-      cancel_reason_ = GiveUpReason::kDeadline;
-    } else {
-      // At its deadline core cancels the parent too, which may reach the
-      // watch before the watch's own deadline does.
-      cancel_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
-                                    "the parent call ended: cancelled, or its "
-                                    "deadline passed");
-      cancel_reason_ = GiveUpReason::kCancelled;
-    }
-  }
   // On the watch's own gRPC thread, which holds no lock of the
   // application's call: no need to defer, as Cancel() must.
+  Run([this, code] { HandleParentEnded(code); });
+}
+
+void CallEngine::HandleParentEnded(grpc::StatusCode code) {
+  if (TakeCancel() || done_) return;
+  cancelled_ = true;
+  if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    cancel_status_ = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                  "the parent call's deadline passed");
+    cancel_reason_ = GiveUpReason::kDeadline;
+  } else {
+    // At its deadline core cancels the parent too, which may reach the
+    // watch before the watch's own deadline does.
+    cancel_status_ = grpc::Status(grpc::StatusCode::CANCELLED,
+                                  "the parent call ended: cancelled, or its "
+                                  "deadline passed");
+    cancel_reason_ = GiveUpReason::kCancelled;
+  }
   DoCancel();
 }
 
 void CallEngine::DoCancel() {
-  Actions a;
-  bool end_refresh = false;
-  {
-    internal::MutexLock lock(&mu_);
-    if (done_) return;
-    if (refreshing_) {
-      // The refresher cannot be stopped; the call ends without it.
-      end_refresh = true;
-    } else if (attempts_.empty() && sending_ == 0) {
-      // Waiting (a backoff, a server's delay): end now.
-      FinishLocked(cancel_status_, cancel_reason_, nullptr,
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
-    } else {
-      // Their CANCELLED endings end the call; an attempt being started is
-      // cancelled once started (SendAttempt); no timer may start another.
-      for (const auto& attempt : attempts_) {
-        if (attempt->context != nullptr && !attempt->sending) {
-          a.cancel.push_back(attempt->context);
-        }
-      }
-      a.cancel_timers.swap(timers_);
-    }
-  }
-  if (end_refresh) {
+  TakeCancel();
+  if (done_) return;
+  if (refreshing_) {
+    // The refresher cannot be stopped; the call ends without it.
     EndRefresh(absl::CancelledError(), /*timed_out=*/false);
     return;
+  }
+  Actions a;
+  if (attempts_.empty()) {
+    // Waiting (a backoff, a server's delay): end now.
+    Finish(cancel_status_, cancel_reason_, nullptr, TraceEvent::Kind::kFailFast,
+           StatusClass::kFatal, a);
+  } else {
+    // Their CANCELLED endings end the call; no timer may start another.
+    for (const auto& attempt : attempts_) {
+      if (attempt->context != nullptr) a.cancel.push_back(attempt->context);
+    }
+    a.cancel_timers.swap(timers_);
   }
   Act(a);
 }
 
 void CallEngine::OnRefreshed(absl::StatusOr<RefreshedCredentials> result) {
-  EndRefresh(std::move(result), /*timed_out=*/false);
+  Run([this, result = std::move(result)] {
+    EndRefresh(result, /*timed_out=*/false);
+  });
 }
 
-void CallEngine::EndRefresh(absl::StatusOr<RefreshedCredentials> result,
+void CallEngine::EndRefresh(const absl::StatusOr<RefreshedCredentials>& result,
                             bool timed_out) {
+  TakeCancel();
+  if (!refreshing_ || done_) return;
+  refreshing_ = false;
+  Note("refreshed", 0);
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    if (!refreshing_ || done_) return;
-    refreshing_ = false;
-    NoteLocked("refreshed", 0);
-    if (refresh_timer_.has_value()) {
-      a.cancel_timers.push_back(*refresh_timer_);
-      refresh_timer_.reset();
-    }
-    if (cancelled_) {
-      FinishLocked(cancel_status_, cancel_reason_, nullptr,
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
-    } else if (timed_out) {
-      FinishLocked(last_status_, GiveUpReason::kDeadline, last_attempt_.get(),
-                   TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
-    } else if (!result.ok()) {
-      FinishLocked(
-          grpc::Status(last_status_.error_code(),
-                       absl::StrCat(last_status_.error_message(),
-                                    " (rpcguard: credential refresh failed: ",
-                                    result.status().message(), ")"),
-                       last_status_.error_details()),
-          GiveUpReason::kAuth, last_attempt_.get(), TraceEvent::Kind::kFailFast,
-          StatusClass::kFatal, a);
-    } else {
-      refreshed_ = *std::move(result);
-      a.send = true;
-    }
+  if (refresh_timer_.has_value()) {
+    a.cancel_timers.push_back(*refresh_timer_);
+    refresh_timer_.reset();
+  }
+  if (cancelled_) {
+    Finish(cancel_status_, cancel_reason_, nullptr, TraceEvent::Kind::kFailFast,
+           StatusClass::kFatal, a);
+  } else if (timed_out) {
+    Finish(last_status_, GiveUpReason::kDeadline, last_attempt_.get(),
+           TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+  } else if (!result.ok()) {
+    Finish(grpc::Status(last_status_.error_code(),
+                        absl::StrCat(last_status_.error_message(),
+                                     " (rpcguard: credential refresh failed: ",
+                                     result.status().message(), ")"),
+                        last_status_.error_details()),
+           GiveUpReason::kAuth, last_attempt_.get(),
+           TraceEvent::Kind::kFailFast, StatusClass::kFatal, a);
+  } else {
+    refreshed_ = *result;
+    a.send = true;
   }
   Act(a);
 }
@@ -751,21 +660,19 @@ void CallEngine::TraceHedgeSent(int number) {
   event.kind = TraceEvent::Kind::kHedge;
   event.attempt = number;
   event.decision = TraceDecision::kHedge;
-  {
-    internal::MutexLock lock(&mu_);
-    // For a hedge line: the time since the first copy.
-    event.backoff = controller_.Now() - first_sent_;
-    event.deadline_left = controller_.Remaining();
-  }
+  // For a hedge line: the time since the first copy.
+  event.backoff = controller_.Now() - first_sent_;
+  event.deadline_left = controller_.Remaining();
   Trace(event, nullptr);
 }
 
-void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
-                              EngineAttempt* last, TraceEvent::Kind kind,
-                              StatusClass status_class, Actions& a,
-                              const EngineAttempt* keep) {
+void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
+                        EngineAttempt* last, TraceEvent::Kind kind,
+                        StatusClass status_class, Actions& a,
+                        const EngineAttempt* keep) {
   done_ = true;
-  NoteLocked("finish", last != nullptr ? last->number : 0);
+  decided_.store(true, std::memory_order_release);
+  Note("finish", last != nullptr ? last->number : 0);
   // The caller's cancel (or its parent's end) is why a failure ends it.
   const bool by_cancel = cancelled_ && !given.ok();
   const grpc::Status& status = by_cancel ? cancel_status_ : given;
@@ -808,9 +715,7 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
       continue;
     }
     other->loser = true;
-    if (other->context != nullptr && !other->sending) {
-      a.cancel.push_back(other->context);
-    }
+    if (other->context != nullptr) a.cancel.push_back(other->context);
     terminal.cancelled.push_back(other->number);
   }
   policy_impl_->Annotate(terminal, decided_by);
@@ -838,18 +743,13 @@ void CallEngine::FinishLocked(const grpc::Status& given, GiveUpReason reason,
   a.cancel_timers.swap(timers_);
   refresh_timer_.reset();
   outcome_ = out;
+  // No attempt is being started (events run one at a time, and Send has
+  // returned): every attempt's context holds the application's channel, so
+  // the application may have the result.
   Ending ending;
   ending.outcome = out;
   ending.batches.swap(parked_);
-  // An attempt is being started on the application's channel, to which it
-  // holds only a raw pointer until its context has the channel: the
-  // application must not have the result (and destroy the channel) before
-  // then, so that attempt's SendAttempt concludes the call.
-  if (sending_ > 0) {
-    deferred_ending_ = std::move(ending);
-  } else {
-    a.ending = std::move(ending);
-  }
+  a.ending = std::move(ending);
 }
 
 void CallEngine::Conclude(const Ending& ending) {
@@ -858,6 +758,11 @@ void CallEngine::Conclude(const Ending& ending) {
   // never read the terminal event.
   TraceEvent& e = final_.terminal;
   Trace(e, nullptr);
+  // The application may destroy its call once its last batch is served:
+  // attempts in flight, or the drain, hold it past that.
+  if (in_flight_ == nullptr && !serializer_.keeping_alive()) {
+    serializer_.KeepAlive(io_->Hold());
+  }
   io_->Conclude(outcome, e, ending.batches);
 }
 

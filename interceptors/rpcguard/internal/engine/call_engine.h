@@ -16,7 +16,7 @@
 // fake attempts and a fake clock
 // (tests/unit/internal/engine/call_engine_test.cc).
 //
-// States (every transition under mu_):
+// States (every transition on the call's serializer):
 //
 //   idle ──Start()──> sending ──Send returned──> in flight ──attempt ends──┐
 //    ^                  ^                                                   │
@@ -26,34 +26,38 @@
 //   refreshing <─────────────────── policy: refresh (UNAUTHENTICATED) ──────┤
 //   done <───────────────── policy: done; refused by the gate; cancel ──────┘
 //
-// Several attempts may be sending or in flight at once (hedging); a retried
-// call never has more than one. "done" is final: the outcome is then a
-// FinalOutcome, immutable, shared with every batch fill. An attempt that
-// ends after the call was decided is settled with the destination and
-// released (CallIo::Release); a timer that fires after the end does
-// nothing. A call decided while an attempt is being started concludes when
-// that start returns: until the attempt's context holds the application's
-// channel, the application must not have the result (it may destroy the
-// channel).
+// Several attempts may be in flight at once (hedging); a retried call never
+// has more than one. "done" is final: the outcome is then a FinalOutcome,
+// immutable, shared with every batch fill. An attempt that ends after the
+// call was decided is settled with the destination and released
+// (CallIo::Release); a timer that fires after the end does nothing.
 //
-// A caller's cancel is a flag, not a state: Cancel() records it and defers
-// the work to a zero-delay timer (it arrives under gRPC's lock of the
-// application's context); the deferred half cancels every attempt in
-// flight, whose CANCELLED endings then end the call, or ends the call at
-// once when nothing is in flight. The end of a parent call is the same
-// flag (OnParentEnded).
+// One event at a time. Every event (the start, an attempt's end, a timer,
+// the refresher's answer, the parent's end, a stream's commit, a batch
+// that waits for the outcome) runs on the call's Serializer
+// (serializer.h): one at a time, in arrival order, with no lock held, and
+// calls into gRPC made by the running thread after the state has changed.
+// Whatever gRPC calls back with from inside such a call (an attempt that
+// ends inside Send, a cancel that completes inline) waits behind the event
+// that made it. So nothing is decided while an attempt is being started:
+// the call concludes, and the application may have the result (and destroy
+// its channel), only once every attempt's context holds the channel. The
+// thread that runs holds the glue (CallIo::Hold) until the queue is empty:
+// the application may destroy its call as soon as its last batch proceeds.
 //
-// Locking: mu_ is never held across a CallIo call that may call back into
-// the engine (Send, Cancel, Schedule, CancelTimer, Refresh, WatchParent,
-// Conclude) nor across the breaker (a transition calls listeners).
-// TakeResult is the exception: it only copies, under mu_, so that the
-// outcome is complete before anyone can read it.
+// A caller's cancel is a flag, not a state. Cancel() arrives under gRPC's
+// lock of the application's context, so it only sets an atomic flag, which
+// every event reads first (no attempt is sent after it), and defers the
+// rest to a zero-delay timer: cancel every attempt in flight, whose
+// CANCELLED endings then end the call, or end the call at once when nothing
+// is in flight. The end of a parent call is the same flag (OnParentEnded).
 
 #ifndef RPCGUARD_INTERNAL_CALL_ENGINE_H_
 #define RPCGUARD_INTERNAL_CALL_ENGINE_H_
 
 #include <grpcpp/support/status.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,12 +65,10 @@
 #include <string>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "rpcguard/base/mutex.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/commit_reason.h"
 #include "rpcguard/decision/retry_controller.h"
@@ -74,6 +76,7 @@
 #include "rpcguard/internal/engine/engine_env.h"
 #include "rpcguard/internal/engine/outcome.h"
 #include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/internal/engine/serializer.h"
 #include "rpcguard/observability/correlation.h"
 
 namespace rpcguard {
@@ -95,9 +98,6 @@ struct EngineAttempt {
   bool wait_for_connection = false;
   // The application's own call carried it (a riding call's attempt 1).
   bool app_call = false;
-  // CallIo::Send has not returned: not yet cancellable; SendAttempt
-  // cancels it once sent if the call was decided or cancelled meanwhile.
-  bool sending = false;
   // Its end has come back (OnAttemptDone): nothing to cancel.
   bool ended = false;
   // When it did, on the injected clock: a call that ends later (after a
@@ -110,9 +110,9 @@ struct EngineAttempt {
   // later (left to end by its own deadline): its end is counted there, not
   // again when it comes.
   bool ended_by_terminal = false;
-  // The glue's handle to cancel the attempt by (its ClientContext): copied
-  // under the engine's lock, used outside it. Null for the application's
-  // own call, and once the final attempt's answer is taken.
+  // The glue's handle to cancel the attempt by (its ClientContext). Null
+  // for the application's own call, and once the final attempt's answer is
+  // taken.
   std::shared_ptr<void> context;
 };
 
@@ -166,8 +166,8 @@ absl::string_view EngineStateName(EngineState state);
 // setting.
 void SetEngineTraceForTest(std::function<void(absl::string_view)> sink);
 
-// The seam between the engine and gRPC. Every method but TakeResult is
-// called without the engine's lock held.
+// The seam between the engine and gRPC. Every method is called from an
+// event running on the call's serializer (none while another runs).
 class CallIo {
  public:
   virtual ~CallIo() = default;
@@ -197,9 +197,8 @@ class CallIo {
   // Starts watching the caller's parent call, if any (idempotent); its end
   // comes back through OnParentEnded.
   virtual void WatchParent() = 0;
-  // Under the engine's lock: copies the final attempt's answer (response,
-  // metadata, what the application's context says) into `out`. Must not
-  // call back into the engine.
+  // Copies the final attempt's answer (response, metadata, what the
+  // application's context says) into `out`, before anyone can read it.
   virtual void TakeResult(EngineAttempt& last, FinalOutcome* out) = 0;
   // The call's idempotency key, for trace lines.
   virtual const std::string& key() const = 0;
@@ -210,6 +209,10 @@ class CallIo {
   // `terminal` is the terminal line as written.
   virtual void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
                         const Batches& batches) = 0;
+  // Serves `batches`, which came after the call was decided, with
+  // `outcome`.
+  virtual void ServeDecided(const FinalOutcome& outcome,
+                            const Batches& batches) = 0;
 };
 
 class CallEngine {
@@ -231,63 +234,76 @@ class CallEngine {
   CallEngine(const CallEngine&) = delete;
   CallEngine& operator=(const CallEngine&) = delete;
 
+  // Every event below runs on the call's serializer (Run): now, on this
+  // thread, or queued behind the event that runs. None may be called once
+  // the glue (CallIo::Hold) is gone.
+
   // Sends attempt 1 (or ends the call when the gate refuses it).
-  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Start();
   // Attempt 1 is the application's own call, already admitted by the
   // breaker and started at `sent` (on the injected clock); returns it, for
   // OnAttemptDone.
   std::shared_ptr<EngineAttempt> RideFirstAttempt(
-      std::optional<Admission> admission, absl::Time sent)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      std::optional<Admission> admission, absl::Time sent);
   // Ends the call before any attempt.
-  void FailBeforeStart(const grpc::Status& status, GiveUpReason reason)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void FailBeforeStart(grpc::Status status, GiveUpReason reason);
 
   // `attempt` ended as `report` says. `hold` (may be null): a batch of the
-  // application's call that waits for the outcome, parked if the call goes
-  // on. Returns whether it was parked (false: the call is decided, or was).
-  bool OnAttemptDone(EngineAttempt* attempt, const AttemptReport& report,
-                     Batches::value_type hold) ABSL_LOCKS_EXCLUDED(mu_);
+  // application's call that waits for the outcome: parked if the call goes
+  // on, served when it is decided (Conclude, ServeDecided).
+  void OnAttemptDone(EngineAttempt* attempt, AttemptReport report,
+                     Batches::value_type hold);
   // A timer of kind `kind` fired.
-  void OnTimer(TimerKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnTimer(TimerKind kind);
   // The refresher answered.
-  void OnRefreshed(absl::StatusOr<RefreshedCredentials> result)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The caller cancelled: from any thread, any number of times.
-  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRefreshed(absl::StatusOr<RefreshedCredentials> result);
+  // The caller cancelled: from any thread, any number of times, under
+  // gRPC's lock of the application's context (it runs no event itself).
+  void Cancel();
   // The parent call ended with `code` (the parent watch).
-  void OnParentEnded(grpc::StatusCode code) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnParentEnded(grpc::StatusCode code);
   // A stream committed to the attempt in flight, for `reason`: its end is
   // the call's (EndFacts::committed), and the terminal trace line says
-  // why. The first commit counts; none after the call is decided.
-  void Commit(CommitReason reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // why. The first commit counts; none after the call is decided. From an
+  // event of this call (a stream's, on serializer()): the commit is made
+  // before any event queued behind, an attempt's end among them.
+  void CommitInEvent(CommitReason reason);
+  // The same, from outside the call's events: runs as one.
+  void Commit(CommitReason reason);
+  // The call's serializer, on which a stream's own events run beside the
+  // engine's.
+  Serializer& serializer() { return serializer_; }
   // Whether the call has committed (Commit).
-  bool committed() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool committed() const { return committed_.load(std::memory_order_acquire); }
 
   // The call's deadline on the injected clock: the caller's, shortened by
   // a methodConfig timeout.
   absl::Time deadline() const { return deadline_; }
 
-  // A batch that waits for the outcome: returns the outcome if the call is
-  // decided (serve it now), else parks it and returns null.
-  const FinalOutcome* Park(Batches::value_type batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A batch that waits for the outcome: parked until the call is decided,
+  // or served at once (CallIo::ServeDecided) if it is.
+  void Park(Batches::value_type batch);
 
-  // For tests: attempts started, whether the call is decided, its state.
-  int attempts() const ABSL_LOCKS_EXCLUDED(mu_);
-  bool done() const ABSL_LOCKS_EXCLUDED(mu_);
-  EngineState state() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For tests, between events: attempts started, whether the call is
+  // decided, its state.
+  int attempts() const {
+    return attempts_seen_.load(std::memory_order_acquire);
+  }
+  bool done() const { return decided_.load(std::memory_order_acquire); }
+  EngineState state() const { return state_.load(std::memory_order_acquire); }
 
  private:
   // What starts an attempt: the call's start, a timer, or the policy after
   // an attempt's end.
   enum class SendKind { kFirst, kNext };
 
-  // The call just decided, for Conclude outside mu_.
+  // The call just decided, for Conclude.
   struct Ending {
     const FinalOutcome* outcome = nullptr;
     Batches batches;
   };
-  // What to do outside mu_ once an event is handled.
+  // What to do once an event has changed the state: the calls into gRPC
+  // and user code, made last.
   struct Actions {
     std::optional<Ending> ending;
     // Attempts to cancel (their contexts), timers to cancel.
@@ -305,53 +321,61 @@ class CallEngine {
     std::optional<CallSummary> summary;
   };
 
+  // Runs `event` on the serializer, holding the glue while it drains.
+  template <typename F>
+  void Run(F&& event);
+  // The caller's cancel, if it came (Cancel), becomes the call's flag:
+  // every event looks first. Returns whether the call is cancelled.
+  bool TakeCancel();
+
+  // The events' handlers (on the serializer).
+  void HandleAttemptEnd(EngineAttempt* raw, const AttemptReport& report,
+                        Batches::value_type hold);
+  void HandleTimer(TimerKind kind);
+  void HandleParentEnded(grpc::StatusCode code);
   // Asks the gate, then sends the next attempt.
-  void SendAttempt(SendKind kind, std::optional<RetryCharge> replaces)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void SendAttempt(SendKind kind, std::optional<RetryCharge> replaces);
   // Carries out `a`.
-  void Act(Actions& a) ABSL_LOCKS_EXCLUDED(mu_);
+  void Act(Actions& a);
   // Arms a timer of `kind` for `when`, remembered to cancel at the end.
-  void Arm(absl::Time when, TimerKind kind) ABSL_LOCKS_EXCLUDED(mu_);
+  void Arm(absl::Time when, TimerKind kind);
   // The deadline timer, armed with the first kNext timer: a call that ends
   // before any wait pays for none.
-  void ArmDeadline() ABSL_LOCKS_EXCLUDED(mu_);
-  void OnDeadline() ABSL_LOCKS_EXCLUDED(mu_);
-  void DoCancel() ABSL_LOCKS_EXCLUDED(mu_);
+  void ArmDeadline();
+  void OnDeadline();
+  void DoCancel();
+  // Serves `batch` now if the call is decided, else parks it.
+  void ParkOrServe(Batches::value_type batch);
   // The attempt was refused by the gate for `refused` (`first`: attempt 1;
   // `replaces`: a copy that replaces a failure): the policy's say, and the
   // call's end if it ends.
-  void RefusedLocked(GiveUpReason refused, const AttemptStart& start,
-                     bool first, bool replaces, Actions& a)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Refused(GiveUpReason refused, const AttemptStart& start, bool first,
+               bool replaces, Actions& a);
   // The refresh ended: with credentials (send), an error, the deadline
   // (`timed_out`) or a cancel.
-  void EndRefresh(absl::StatusOr<RefreshedCredentials> result, bool timed_out)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndRefresh(const absl::StatusOr<RefreshedCredentials>& result,
+                  bool timed_out);
   // Writes the `event=hedge` line of copy `number`, just sent.
-  void TraceHedgeSent(int number) ABSL_LOCKS_EXCLUDED(mu_);
+  void TraceHedgeSent(int number);
   // Records the outcome (done); the terminal trace event describes `last`
   // (kAttempt) or the attempt not sent (kFailFast). Cancels whatever is in
   // flight but `keep`, and the timers.
-  void FinishLocked(const grpc::Status& status, GiveUpReason reason,
-                    EngineAttempt* last, TraceEvent::Kind kind,
-                    StatusClass status_class, Actions& a,
-                    const EngineAttempt* keep = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(const grpc::Status& status, GiveUpReason reason,
+              EngineAttempt* last, TraceEvent::Kind kind,
+              StatusClass status_class, Actions& a,
+              const EngineAttempt* keep = nullptr);
   // The terminal trace event, the give-up hook, then the batches.
-  void Conclude(const Ending& ending) ABSL_LOCKS_EXCLUDED(mu_);
+  void Conclude(const Ending& ending);
   // Assigns state_ from the facts just changed by `event` (on `attempt`,
   // 0 for none), and traces the change (RPCGUARD_TRACE=engine).
-  void NoteLocked(absl::string_view event, int attempt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Note(absl::string_view event, int attempt);
   // Writes a trace line for `event` (time, call id, strings filled here;
   // the message from `status`, if given).
   void Trace(TraceEvent& event, const grpc::Status* status) const;
   absl::Time Now() const { return env_.clock->MonotonicNow(); }
-  // Builds the call's policy: from the constructor only, before the engine
-  // is shared.
+  // Builds the call's policy: from the constructor only.
   AttemptPolicy* ChoosePolicy(bool may_repeat, bool hedging,
-                              std::optional<GiveUpReason> sent_once)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+                              std::optional<GiveUpReason> sent_once);
 
   CallIo* const io_;
   const EngineEnv env_;
@@ -359,59 +383,64 @@ class CallEngine {
   const std::optional<TraceVerbosity> verbosity_;  // the call's own, if any
   const uint64_t call_id_;
 
-  mutable internal::Mutex mu_;
-  RetryController controller_ ABSL_GUARDED_BY(mu_);
-  // The call's deadline (the controller's, fixed once it is built), read
-  // without the lock.
+  // Everything below but the atomics is read and written only by events
+  // running on serializer_: one at a time, so without a lock.
+  Serializer serializer_;
+  // Set by Cancel() from any thread; taken into cancelled_ by the next
+  // event (TakeCancel).
+  std::atomic<bool> cancel_requested_{false};
+  // Mirrors for readers outside the serializer: done_ (Cancel's early out,
+  // tests), the commit, attempts started and the state (tests).
+  std::atomic<bool> decided_{false};
+  std::atomic<bool> committed_{false};
+  std::atomic<int> attempts_seen_{0};
+  std::atomic<EngineState> state_{EngineState::kIdle};
+
+  RetryController controller_;
+  // The call's deadline (the controller's, fixed once it is built).
   const absl::Time deadline_;
   // The policy: one of the three below, chosen at construction.
-  std::optional<RetryAttemptPolicy> retry_ ABSL_GUARDED_BY(mu_);
-  std::optional<HedgeAttemptPolicy> hedge_ ABSL_GUARDED_BY(mu_);
-  std::optional<SentOnceAttemptPolicy> once_ ABSL_GUARDED_BY(mu_);
-  // Fixed at construction; the policy itself is called under mu_ (its
-  // TermsFor, pure, also outside).
+  std::optional<RetryAttemptPolicy> retry_;
+  std::optional<HedgeAttemptPolicy> hedge_;
+  std::optional<SentOnceAttemptPolicy> once_;
   AttemptPolicy* const policy_impl_;
 
-  EngineState state_ ABSL_GUARDED_BY(mu_) = EngineState::kIdle;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool refreshing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ = false;
+  bool cancelled_ = false;
+  bool refreshing_ = false;
+  // CallIo::Send is running (the state "sending").
+  bool sending_ = false;
   // The commit, one fact: StreamFlow decides it (Commit), the policy reads
   // it (EndFacts::committed), the terminal line and the stats carry it.
-  std::optional<CommitReason> commit_ ABSL_GUARDED_BY(mu_);
+  std::optional<CommitReason> commit_;
   // What a cancel ends the call with: the caller's, or its parent's end.
-  grpc::Status cancel_status_ ABSL_GUARDED_BY(mu_);
-  GiveUpReason cancel_reason_ ABSL_GUARDED_BY(mu_) = GiveUpReason::kCancelled;
-  // Attempts in flight (sent or being sent), oldest first.
-  absl::InlinedVector<std::shared_ptr<EngineAttempt>, 2> attempts_
-      ABSL_GUARDED_BY(mu_);
+  grpc::Status cancel_status_;
+  GiveUpReason cancel_reason_ = GiveUpReason::kCancelled;
+  // Attempts in flight, oldest first.
+  absl::InlinedVector<std::shared_ptr<EngineAttempt>, 2> attempts_;
   // The glue, while attempts are in flight.
-  std::shared_ptr<void> in_flight_ ABSL_GUARDED_BY(mu_);
-  // Attempts being started (CallIo::Send not returned), and the call's end
-  // while there are any.
-  int sending_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<Ending> deferred_ending_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<void> in_flight_;
   // The last failure the call went on from: it stands if nothing better
   // comes (the next attempt refused, the refresh failed).
-  grpc::Status last_status_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<EngineAttempt> last_attempt_ ABSL_GUARDED_BY(mu_);
+  grpc::Status last_status_;
+  std::shared_ptr<EngineAttempt> last_attempt_;
   // For the next attempt, from the policy's last step: how the budget pays
   // for it, whether it waits for the connection, and the admission of the
   // failure it retries, left unrecorded (retry_gate.h) unless the retry is
   // refused for budget or deadline.
-  RetryCharge next_charge_ ABSL_GUARDED_BY(mu_) = RetryCharge::kUpFront;
-  bool next_waits_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<Admission> deferred_failure_ ABSL_GUARDED_BY(mu_);
-  std::optional<RefreshedCredentials> refreshed_ ABSL_GUARDED_BY(mu_);
-  absl::Time first_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::InlinedVector<TimerHandle, 2> timers_ ABSL_GUARDED_BY(mu_);
-  bool deadline_armed_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<TimerHandle> refresh_timer_ ABSL_GUARDED_BY(mu_);
-  Batches parked_ ABSL_GUARDED_BY(mu_);
-  // Written once, by FinishLocked, and immutable from then on; outcome_
-  // points to it once it is.
+  RetryCharge next_charge_ = RetryCharge::kUpFront;
+  bool next_waits_ = false;
+  std::optional<Admission> deferred_failure_;
+  std::optional<RefreshedCredentials> refreshed_;
+  absl::Time first_sent_ = absl::InfinitePast();
+  absl::InlinedVector<TimerHandle, 2> timers_;
+  bool deadline_armed_ = false;
+  std::optional<TimerHandle> refresh_timer_;
+  Batches parked_;
+  // Written once, by Finish, and immutable from then on; outcome_ points
+  // to it once it is.
   FinalOutcome final_;
-  const FinalOutcome* outcome_ ABSL_GUARDED_BY(mu_) = nullptr;
+  const FinalOutcome* outcome_ = nullptr;
 };
 
 }  // namespace internal

@@ -102,20 +102,21 @@ void HijackedCall::HedgedCall(int copies, bool later_won, int cancelled,
 
 void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
                               InterceptorBatchMethods* first_batch) {
-  stream_ = std::make_unique<StreamFlow>(this, method_.name, type,
-                                         factory_->stream_buffer_bytes(),
-                                         factory_->channel_stream_bytes());
+  stream_ = std::make_unique<StreamFlow>(
+      this, &engine_.serializer(), method_.name, type,
+      factory_->stream_buffer_bytes(), factory_->channel_stream_bytes());
   stream_->TakeFirstBatch(first_batch);
 }
 
 void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
                                        grpc::Status status) {
-  // The engine may let go of this object while it handles the end.
-  std::shared_ptr<HijackedCall> self = shared_from_this();
-  const AttemptReport report =
+  // No hold of its own: the engine hands the drain its hold of this object
+  // when it lets go of the last attempt (Serializer::KeepAlive).
+  engine_.OnAttemptDone(
+      attempt,
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata());
-  engine_.OnAttemptDone(attempt, report, nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata()),
+      nullptr);
 }
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
@@ -124,7 +125,7 @@ void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
   ride_ = engine_.RideFirstAttempt(std::move(admission), sent);
 }
 
-bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
+void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                                       const grpc::ChannelInterface* channel) {
   grpc::Status status = *batch->GetRecvStatus();
   // A call sent once gets what gRPC makes of it: nothing follows.
@@ -146,23 +147,16 @@ bool HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
     setup_.channel = batch->GetInterceptedChannel();
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
-  const AttemptReport report =
+  AttemptReport report =
       ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata());
   // Held to the end: the engine lets go of it.
   std::shared_ptr<EngineAttempt> attempt = std::move(ride_);
-  if (engine_.OnAttemptDone(attempt.get(), report, batch)) return true;
-  // Decided: `batch` is filled here and proceeds.
-  const FinalOutcome* outcome = engine_.Park(nullptr);
-  FillReceivedBatch(batch, *outcome, method_.name, response_object_);
-  return false;
+  // `batch` is the engine's now: filled and proceeded when the call is
+  // decided (at once, or after the attempts that follow).
+  engine_.OnAttemptDone(attempt.get(), std::move(report), batch);
 }
 
-void HijackedCall::Park(InterceptorBatchMethods* batch) {
-  const FinalOutcome* outcome = engine_.Park(batch);
-  if (outcome != nullptr) {
-    ServeBatches({batch}, *outcome, method_.name, response_object_);
-  }
-}
+void HijackedCall::Park(InterceptorBatchMethods* batch) { engine_.Park(batch); }
 
 AttemptReport ReadAttemptEnd(
     grpc::Status status,
@@ -231,12 +225,13 @@ void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
 }
 
 void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
-  // The engine may let go of this object while it handles the end.
-  std::shared_ptr<HijackedCall> self = shared_from_this();
-  const AttemptReport report =
+  // No hold of its own: the engine hands the drain its hold of this object
+  // when it lets go of the last attempt (Serializer::KeepAlive).
+  engine_.OnAttemptDone(
+      attempt,
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata());
-  engine_.OnAttemptDone(attempt, report, nullptr);
+              ContextOf(attempt->context)->GetServerTrailingMetadata()),
+      nullptr);
 }
 
 void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
@@ -299,26 +294,17 @@ void HijackedCall::Refresh() {
 }
 
 void HijackedCall::WatchParent() {
-  if (setup_.caller.parent == nullptr) return;
-  {
-    internal::MutexLock lock(&mu_);
-    if (parent_watched_ || concluded_) return;
-    parent_watched_ = true;
-  }
+  // Called from the engine's events (CallIo), one at a time, as Conclude
+  // is: no lock.
+  if (setup_.caller.parent == nullptr || parent_watched_ || concluded_) return;
+  parent_watched_ = true;
   std::weak_ptr<HijackedCall> weak = weak_from_this();
-  std::shared_ptr<ParentWatch> watch = ParentWatch::Start(
-      setup_.core_channel, setup_.caller.parent,
-      setup_.caller.propagation.c_bitmask(), [weak](grpc::StatusCode code) {
-        if (auto self = weak.lock()) self->OnParentEnded(code);
-      });
-  if (watch == nullptr) return;
-  bool done;
-  {
-    internal::MutexLock lock(&mu_);
-    done = concluded_;
-    if (!done) parent_watch_ = watch;
-  }
-  if (done) watch->Stop();
+  parent_watch_ = ParentWatch::Start(setup_.core_channel, setup_.caller.parent,
+                                     setup_.caller.propagation.c_bitmask(),
+                                     [weak](grpc::StatusCode code) {
+                                       if (auto self = weak.lock())
+                                         self->OnParentEnded(code);
+                                     });
 }
 
 void HijackedCall::PrepareContext(
@@ -378,12 +364,8 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
                             const Batches& batches) {
   // Without a parent call nothing was watched (WatchParent).
   if (setup_.caller.parent != nullptr) {
-    std::shared_ptr<ParentWatch> watch;
-    {
-      internal::MutexLock lock(&mu_);
-      concluded_ = true;
-      watch = std::move(parent_watch_);
-    }
+    concluded_ = true;
+    std::shared_ptr<ParentWatch> watch = std::move(parent_watch_);
     if (watch != nullptr) watch->Stop();
   }
   if (terminal.decision == TraceDecision::kGiveUp) {
@@ -399,6 +381,11 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
     stream_->Conclude(outcome);
     return;
   }
+  ServeBatches(batches, outcome, method_.name, response_object_);
+}
+
+void HijackedCall::ServeDecided(const FinalOutcome& outcome,
+                                const Batches& batches) {
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 

@@ -41,9 +41,7 @@
 #include <optional>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "rpcguard/base/mutex.h"
 #include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
@@ -152,10 +150,10 @@ class HijackedCall final : public CallIo,
 
   // The application's call, carrying attempt 1 (RideFirstAttempt), received
   // its outcome in `batch` (POST_RECV_STATUS); `channel` is the call's
-  // channel. Returns false when the call is decided and `batch`, filled,
-  // should proceed; true when rpcguard keeps it for the attempts that
-  // follow and proceeds it itself: the caller must not touch the call again.
-  bool OnFirstAttemptDone(grpc::experimental::InterceptorBatchMethods* batch,
+  // channel. rpcguard keeps `batch`, and fills and proceeds it when the
+  // call is decided (perhaps before this returns, perhaps on another
+  // thread): the caller must not touch the call again.
+  void OnFirstAttemptDone(grpc::experimental::InterceptorBatchMethods* batch,
                           const grpc::ChannelInterface* channel);
 
   // Ends the call before any attempt, with `status`.
@@ -189,9 +187,11 @@ class HijackedCall final : public CallIo,
   }
   void Conclude(const FinalOutcome& outcome, const TraceEvent& terminal,
                 const Batches& batches) override;
+  void ServeDecided(const FinalOutcome& outcome,
+                    const Batches& batches) override;
 
   // StreamOwner: a streaming call's events.
-  void OnCommit(CommitReason reason) override { engine_.Commit(reason); }
+  void OnCommit(CommitReason reason) override { engine_.CommitInEvent(reason); }
   void OnStreamAttemptDone(EngineAttempt* attempt,
                            grpc::Status status) override;
 
@@ -243,12 +243,12 @@ class HijackedCall final : public CallIo,
   std::unique_ptr<StreamFlow> stream_;
   CallEngine engine_;
 
-  internal::Mutex mu_;
   // Watches the caller's parent call once a wait has begun; stopped when
-  // the call is decided.
-  bool parent_watched_ ABSL_GUARDED_BY(mu_) = false;
-  bool concluded_ ABSL_GUARDED_BY(mu_) = false;
-  std::shared_ptr<ParentWatch> parent_watch_ ABSL_GUARDED_BY(mu_);
+  // the call is decided. Touched only by the engine's events (WatchParent,
+  // Conclude), which run one at a time: no lock.
+  bool parent_watched_ = false;
+  bool concluded_ = false;
+  std::shared_ptr<ParentWatch> parent_watch_;
 };
 
 }  // namespace internal

@@ -376,8 +376,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // without a clean success in `batch`. It ends through the engine's one
   // step, as every attempt does (read, classify, settle with the
   // destination, record, trace, annotate, give-up hook); a riding call's
-  // engine may retry it, keeping `batch` until the call is decided;
-  // otherwise `batch` proceeds here. Either way `this` may then be gone.
+  // engine may retry it. Either way the engine keeps `batch` and proceeds
+  // it when the call is decided: `this` may then be gone.
   void OwnCallFailed(InterceptorBatchMethods* batch) {
     const bool once = mode_ == CallMode::kMetadataOnly;
     std::shared_ptr<HijackedCall> call = NewHijackedCall(
@@ -399,8 +399,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     // A cancel that came before call_ was set: the call must not retry.
     if (cancelled) call->Cancel();
-    if (call->OnFirstAttemptDone(batch, info_->channel())) return;
-    batch->Proceed();
+    // The engine proceeds `batch` once the call is decided.
+    call->OnFirstAttemptDone(batch, info_->channel());
   }
 
   // The application's own call succeeded: it is told to the destination

@@ -40,10 +40,12 @@ void StreamAttempt::OnDone(const grpc::Status& status) {
   flow_->OnDone(this, status);
 }
 
-StreamFlow::StreamFlow(StreamOwner* owner, std::string method,
+StreamFlow::StreamFlow(StreamOwner* owner, Serializer* serializer,
+                       std::string method,
                        grpc::internal::RpcMethod::RpcType type,
                        size_t buffer_limit, ChannelStreamBytes* channel)
     : owner_(owner),
+      serializer_(serializer),
       method_(std::move(method)),
       rpc_method_(method_.c_str(), type),
       buffer_limit_(buffer_limit),
@@ -55,9 +57,12 @@ void StreamFlow::TakeFirstBatch(InterceptorBatchMethods* batch) {
           ? batch->GetSerializedSendMessage()
           : nullptr;
   const bool close = Has(batch, InterceptionHookPoints::PRE_SEND_CLOSE);
-  Actions a;
-  internal::MutexLock lock(&mu_);
-  TakeSendLocked(nullptr, request, close, a);
+  // Before the call starts: nothing else runs, so this runs now, before
+  // Hijack() lets go of the batch.
+  serializer_->Run([this, request, close] {
+    Actions a;
+    TakeSend(nullptr, request, close, a);
+  });
 }
 
 void StreamFlow::Serve(InterceptorBatchMethods* batch) {
@@ -70,16 +75,15 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
                 Has(batch, InterceptionHookPoints::PRE_RECV_INITIAL_METADATA),
                 Has(batch, InterceptionHookPoints::PRE_RECV_MESSAGE),
                 Has(batch, InterceptionHookPoints::PRE_RECV_STATUS)};
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
+  serializer_->Run([this, batch, request, close, r]() mutable {
+    Actions a;
     if (request != nullptr || close) {
-      TakeSendLocked(batch, request, close, a);
+      TakeSend(batch, request, close, a);
       // Taken at once when the attempt's window has room: proceeded here,
-      // on the application's thread.
-      CompleteSendsLocked(a, /*resume=*/false);
+      // on the application's thread (unless another event runs).
+      CompleteSends(a, /*resume=*/false);
     } else if (r.metadata || r.message || r.status) {
-      if (FillRecvLocked(r)) {
+      if (FillRecv(r)) {
         (r.status ? a.proceed_last : a.proceed).push_back(batch);
       } else {
         recvs_.push_back(r);
@@ -87,14 +91,14 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
     } else {
       a.proceed.push_back(batch);  // a send-only batch's hijacked half
     }
-    PumpLocked(a);
-  }
-  Run(a);
+    Pump(a);
+    Act(a);
+  });
 }
 
-void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
-                                const grpc::ByteBuffer* request, bool close,
-                                Actions& a) {
+void StreamFlow::TakeSend(InterceptorBatchMethods* batch,
+                          const grpc::ByteBuffer* request, bool close,
+                          Actions& a) {
   if (outcome_ != nullptr) {
     // The call is over: a write fails, as on a finished gRPC stream.
     if (batch != nullptr) {
@@ -115,7 +119,7 @@ void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
                                       ? CommitReason::kBufferLimit
                                       : CommitReason::kChannelBufferLimit;
       if (current_ != nullptr && current_->bound_) {
-        CommitLocked(reason, a);
+        CommitTo(reason, a);
       } else if (!commit_at_start_.has_value()) {
         commit_at_start_ = reason;
       }
@@ -125,7 +129,7 @@ void StreamFlow::TakeSendLocked(InterceptorBatchMethods* batch,
     replay_.push_back(Request{*request, taken_bytes_});
     bytes_ += size;
     g_buffered.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-    if (bytes_ > peak_bytes_) peak_bytes_ = bytes_;
+    if (bytes_ > peak_bytes_) peak_bytes_ = bytes_.load();
     index = taken_++;
   }
   if (close) half_closed_ = true;
@@ -150,21 +154,18 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
   // messages end, or when the attempt is cancelled.
   attempt->AddHold();
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    current_ = attempt;
-    attempt->bound_ = true;
-    // Replays from the start: nothing is freed before the commit.
-    attempt->written_ = freed_;
-    attempt->written_bytes_ = freed_bytes_;
-    if (commit_at_start_.has_value()) {
-      CommitLocked(*commit_at_start_, a);
-      commit_at_start_.reset();
-    }
-    CompleteSendsLocked(a, /*resume=*/true);
-    PumpLocked(a);
+  current_ = attempt;
+  attempt->bound_ = true;
+  // Replays from the start: nothing is freed before the commit.
+  attempt->written_ = freed_;
+  attempt->written_bytes_ = freed_bytes_;
+  if (commit_at_start_.has_value()) {
+    CommitTo(*commit_at_start_, a);
+    commit_at_start_.reset();
   }
-  Run(a);
+  CompleteSends(a, /*resume=*/true);
+  Pump(a);
+  Act(a);
   // rpcguard's own call: an rpcguard interceptor below passes it through.
   SendingScope sending(context);
   attempt->StartCall();
@@ -174,42 +175,37 @@ void StreamFlow::Cancel(const std::shared_ptr<void>& context) {
   if (context == nullptr) return;
   ContextOf(context)->TryCancel();
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    StreamAttempt* attempt = current_.get();
-    // With no read in flight (a response read ahead and not yet taken) the
-    // stream would wait for the hold; cancelled, it has nothing to wait for.
-    if (attempt != nullptr && attempt->context == context &&
-        !attempt->hold_released_) {
-      attempt->hold_released_ = true;
-      a.attempt = attempt;
-      a.release_hold = true;
-    }
+  StreamAttempt* attempt = current_.get();
+  // With no read in flight (a response read ahead and not yet taken) the
+  // stream would wait for the hold; cancelled, it has nothing to wait for.
+  if (attempt != nullptr && attempt->context == context &&
+      !attempt->hold_released_) {
+    attempt->hold_released_ = true;
+    a.attempt = attempt;
+    a.release_hold = true;
   }
-  Run(a);
+  Act(a);
 }
 
 void StreamFlow::OnHeaders(StreamAttempt* attempt, bool ok) {
   if (!ok) return;  // none, or trailers only: the end says the rest
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
+  serializer_->Run([this, attempt] {
     if (attempt != current_.get() || outcome_ != nullptr) return;
-    if (!committed_) CommitLocked(CommitReason::kHeaders, a);
-    // Read here, where gRPC has just filled them.
+    Actions a;
+    if (!committed_) CommitTo(CommitReason::kHeaders, a);
+    // Filled before this reaction ran, and not touched by gRPC again.
     CopyMetadata(ContextOf(attempt->context)->GetServerInitialMetadata(),
                  &initial_metadata_);
     metadata_ready_ = true;
-    DeliverLocked(a);
-    PumpLocked(a);
-  }
-  Run(a);
+    Deliver(a);
+    Pump(a);
+    Act(a);
+  });
 }
 
 void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
+  serializer_->Run([this, attempt, ok] {
+    Actions a;
     attempt->reading_ = false;
     if (!ok) {
       attempt->read_end_ = true;
@@ -223,24 +219,23 @@ void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
     }
     if (attempt == current_.get() && outcome_ == nullptr) {
       if (ok) {
-        if (!committed_) CommitLocked(CommitReason::kMessage, a);
+        if (!committed_) CommitTo(CommitReason::kMessage, a);
         ahead_bytes_ += attempt->read_buffer_.Length();
         ahead_.emplace_back();
         ahead_.back().Swap(&attempt->read_buffer_);
       } else if (committed_) {
         messages_ended_ = true;
       }
-      DeliverLocked(a);
-      PumpLocked(a, /*read_chain=*/true);
+      Deliver(a);
+      Pump(a, /*read_chain=*/true);
     }
-  }
-  Run(a);
+    Act(a);
+  });
 }
 
 void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
+  serializer_->Run([this, attempt, ok] {
+    Actions a;
     attempt->writing_ = false;
     if (ok) {
       // An attempt that is no longer current may write after its requests
@@ -255,54 +250,52 @@ void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
       attempt->write_failed_ = true;
     }
     if (attempt == current_.get() && outcome_ == nullptr) {
-      if (committed_) FreeWrittenLocked();
-      CompleteSendsLocked(a, /*resume=*/true);
-      PumpLocked(a);
+      if (committed_) FreeWritten();
+      CompleteSends(a, /*resume=*/true);
+      Pump(a);
     }
-  }
-  Run(a);
+    Act(a);
+  });
 }
 
 void StreamFlow::OnWritesDone(StreamAttempt* attempt, bool ok) {
-  Actions a;
-  {
-    internal::MutexLock lock(&mu_);
+  serializer_->Run([this, attempt, ok] {
+    Actions a;
     if (ok) attempt->closed_ = true;
     if (attempt == current_.get() && outcome_ == nullptr) {
-      CompleteSendsLocked(a, /*resume=*/true);
-      PumpLocked(a);
+      CompleteSends(a, /*resume=*/true);
+      Pump(a);
     }
-  }
-  Run(a);
+    Act(a);
+  });
 }
 
 void StreamFlow::OnDone(StreamAttempt* attempt, const grpc::Status& status) {
-  // Held until the engine has heard: it may let go of the attempt.
-  std::shared_ptr<StreamAttempt> self;
-  {
-    internal::MutexLock lock(&mu_);
-    if (attempt == current_.get()) self = std::move(current_);
-  }
+  // The engine holds the attempt until it has heard of the end, which
+  // comes after this event.
+  serializer_->Run([this, attempt] {
+    if (attempt == current_.get()) current_.reset();
+  });
   owner_->OnStreamAttemptDone(attempt, status);
 }
 
-void StreamFlow::CommitLocked(CommitReason reason, Actions& a) {
+void StreamFlow::CommitTo(CommitReason reason, Actions& a) {
   committed_ = true;
   a.commit = reason;
-  FreeWrittenLocked();
+  FreeWritten();
 }
 
-void StreamFlow::FreeWrittenLocked() {
+void StreamFlow::FreeWritten() {
   const int64_t written = current_ == nullptr ? freed_ : current_->written_;
   while (freed_ < written && !replay_.empty()) {
-    ReleaseBytesLocked(replay_.front().bytes.Length());
+    ReleaseBytes(replay_.front().bytes.Length());
     freed_bytes_ = replay_.front().end;
     replay_.pop_front();
     ++freed_;
   }
 }
 
-bool StreamFlow::TakenLocked(int64_t index, bool resume) const {
+bool StreamFlow::Taken(int64_t index, bool resume) const {
   const StreamAttempt* attempt = current_.get();
   if (index < attempt->written_) return true;
   if (attempt->write_failed_ || attempt->hold_released_) return false;
@@ -317,19 +310,19 @@ bool StreamFlow::TakenLocked(int64_t index, bool resume) const {
   return replay_[index - freed_].end - attempt->written_bytes_ <= bytes;
 }
 
-void StreamFlow::CompleteSendsLocked(Actions& a, bool resume) {
+void StreamFlow::CompleteSends(Actions& a, bool resume) {
   const StreamAttempt* attempt = current_.get();
   if (attempt == nullptr || !attempt->bound_ || outcome_ != nullptr) return;
   while (!sends_.empty()) {
     const PendingSend& s = sends_.front();
-    if (s.message >= 0 && !TakenLocked(s.message, resume)) break;
+    if (s.message >= 0 && !Taken(s.message, resume)) break;
     if (s.close && !attempt->closed_) break;
     a.proceed.push_back(s.batch);
     sends_.pop_front();
   }
 }
 
-bool StreamFlow::FillRecvLocked(PendingRecv& r) {
+bool StreamFlow::FillRecv(PendingRecv& r) {
   if (r.metadata && metadata_ready_) {
     AddMetadata(initial_metadata_, r.batch->GetRecvInitialMetadata());
     r.metadata = false;
@@ -364,9 +357,9 @@ bool StreamFlow::FillRecvLocked(PendingRecv& r) {
   return !r.metadata && !r.message && !r.status;
 }
 
-void StreamFlow::DeliverLocked(Actions& a) {
+void StreamFlow::Deliver(Actions& a) {
   for (auto it = recvs_.begin(); it != recvs_.end();) {
-    if (FillRecvLocked(*it)) {
+    if (FillRecv(*it)) {
       (it->batch->QueryInterceptionHookPoint(
            InterceptionHookPoints::PRE_RECV_STATUS)
            ? a.proceed_last
@@ -379,7 +372,7 @@ void StreamFlow::DeliverLocked(Actions& a) {
   }
 }
 
-void StreamFlow::PumpLocked(Actions& a, bool read_chain) {
+void StreamFlow::Pump(Actions& a, bool read_chain) {
   StreamAttempt* attempt = current_.get();
   if (attempt == nullptr || !attempt->bound_ || attempt->hold_released_ ||
       outcome_ != nullptr) {
@@ -416,8 +409,11 @@ void StreamFlow::PumpLocked(Actions& a, bool read_chain) {
   if (a.holds > 0) attempt->AddMultipleHolds(a.holds);
 }
 
-void StreamFlow::Run(Actions& a) {
+void StreamFlow::Act(Actions& a) {
   if (a.commit.has_value()) owner_->OnCommit(*a.commit);
+  // A status batch completes the application's call, which it may then
+  // destroy, with this flow: the running drain keeps it alive.
+  if (!a.proceed_last.empty()) serializer_->KeepAlive(owner_->Hold());
   for (InterceptorBatchMethods* b : a.proceed) b->Proceed();
   for (InterceptorBatchMethods* b : a.proceed_last) b->Proceed();
   StreamAttempt* attempt = a.attempt;
@@ -437,50 +433,38 @@ void StreamFlow::Run(Actions& a) {
 
 void StreamFlow::Conclude(const FinalOutcome& outcome) {
   Actions a;
-  {
-    internal::MutexLock lock(&mu_);
-    outcome_ = &outcome;
-    if (!metadata_ready_) {
-      initial_metadata_ = outcome.initial_metadata;
-      metadata_ready_ = true;
-    }
-    DeliverLocked(a);
-    // Requests never taken by an attempt fail; the rest are done.
-    for (const PendingSend& s : sends_) {
-      if (s.message >= 0) s.batch->FailHijackedSendMessage();
-      a.proceed.push_back(s.batch);
-    }
-    sends_.clear();
-    replay_.clear();
-    ReleaseBytesLocked(bytes_);
+  outcome_ = &outcome;
+  if (!metadata_ready_) {
+    initial_metadata_ = outcome.initial_metadata;
+    metadata_ready_ = true;
   }
-  Run(a);
+  Deliver(a);
+  // Requests never taken by an attempt fail; the rest are done.
+  for (const PendingSend& s : sends_) {
+    if (s.message >= 0) s.batch->FailHijackedSendMessage();
+    a.proceed.push_back(s.batch);
+  }
+  sends_.clear();
+  replay_.clear();
+  ReleaseBytes(bytes_);
+  Act(a);
 }
 
 int64_t StreamBytesBuffered() {
   return g_buffered.load(std::memory_order_relaxed);
 }
 
-void StreamFlow::ReleaseBytesLocked(size_t n) {
+void StreamFlow::ReleaseBytes(size_t n) {
   bytes_ -= n;
   g_buffered.fetch_sub(static_cast<int64_t>(n), std::memory_order_relaxed);
   channel_->Free(n);
 }
 
-StreamFlow::~StreamFlow() {
-  internal::MutexLock lock(&mu_);
-  ReleaseBytesLocked(bytes_);
-}
+StreamFlow::~StreamFlow() { ReleaseBytes(bytes_); }
 
-size_t StreamFlow::buffered_bytes() const {
-  internal::MutexLock lock(&mu_);
-  return bytes_;
-}
+size_t StreamFlow::buffered_bytes() const { return bytes_; }
 
-size_t StreamFlow::peak_buffered_bytes() const {
-  internal::MutexLock lock(&mu_);
-  return peak_bytes_;
-}
+size_t StreamFlow::peak_buffered_bytes() const { return peak_bytes_; }
 
 }  // namespace internal
 }  // namespace rpcguard

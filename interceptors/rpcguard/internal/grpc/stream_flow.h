@@ -32,11 +32,14 @@
 //  - the status, with the trailers, when the engine concludes the call.
 //
 // Threads: application batches arrive on the application's threads,
-// attempt reactions on gRPC's callback threads. All state is under mu_,
-// which is never held while starting an operation on an attempt's stream
-// or proceeding an application batch (either may run a reaction inline).
-// An operation started outside the lock runs under a hold of its own on the
-// attempt's stream, so the stream cannot finish under it.
+// attempt reactions on gRPC's callback threads; each runs as an event on
+// the call's serializer (the engine's: serializer.h), one at a time with
+// the engine's own, so the flow's state needs no lock. What the engine asks
+// (Send, Cancel, Conclude) comes from its events and runs in them. An
+// operation on an attempt's stream, or an application batch proceeded,
+// may run a reaction inline: it queues behind the running event. An
+// operation runs under a hold of its own on the attempt's stream, so the
+// stream cannot finish under it.
 
 #ifndef RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
 #define RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
@@ -47,6 +50,7 @@
 #include <grpcpp/support/client_callback.h>
 #include <grpcpp/support/interceptor.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -55,8 +59,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
-#include "rpcguard/base/mutex.h"
 #include "rpcguard/internal/engine/call_engine.h"
+#include "rpcguard/internal/engine/serializer.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 
@@ -73,8 +77,12 @@ int64_t StreamBytesBuffered();
 class StreamOwner {
  public:
   virtual ~StreamOwner() = default;
-  // The call committed to its current attempt.
+  // The call committed to its current attempt (from the flow's event).
   virtual void OnCommit(CommitReason reason) = 0;
+  // A reference that keeps the owner (and the flow) alive: taken by an
+  // event that serves the application's last batch, after which the
+  // application may destroy its call (Serializer::KeepAlive).
+  virtual std::shared_ptr<void> Hold() = 0;
   // The attempt's stream finished with `status` (its context's trailers are
   // readable); the engine hears of it now.
   virtual void OnStreamAttemptDone(EngineAttempt* attempt,
@@ -82,7 +90,7 @@ class StreamOwner {
 };
 
 // One attempt of a stream: the engine's attempt and the reactor of its
-// stream. Its fields are the flow's, under the flow's lock.
+// stream. Its fields are the flow's, touched only by the flow's events.
 class StreamAttempt final
     : public EngineAttempt,
       public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
@@ -123,8 +131,9 @@ class StreamFlow {
   // `method` names the method in messages; `type` is the call's
   // (ClientRpcInfo); `buffer_limit`: bytes of requests kept for replay
   // before the call commits; `channel`: what all streams of the channel
-  // hold, and their limit (it outlives the flow).
-  StreamFlow(StreamOwner* owner, std::string method,
+  // hold, and their limit (it outlives the flow); `serializer`: the call's,
+  // on which the flow's events run (the owner's, outliving the flow).
+  StreamFlow(StreamOwner* owner, Serializer* serializer, std::string method,
              grpc::internal::RpcMethod::RpcType type, size_t buffer_limit,
              ChannelStreamBytes* channel);
   ~StreamFlow();
@@ -133,30 +142,30 @@ class StreamFlow {
 
   // The call's first batch (before Hijack): its message and half-close, if
   // it has them, are the first requests.
-  void TakeFirstBatch(grpc::experimental::InterceptorBatchMethods* batch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void TakeFirstBatch(grpc::experimental::InterceptorBatchMethods* batch);
 
   // A later batch of the application's call: its send half (PRE_SEND_*
   // hooks), its receive half (PRE_RECV_* hooks, hijacked), or an empty one.
   // Proceeded when done.
-  void Serve(grpc::experimental::InterceptorBatchMethods* batch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Serve(grpc::experimental::InterceptorBatchMethods* batch);
 
-  // CallIo, for HijackedCall.
+  // CallIo, for HijackedCall: from the engine's events, which the flow's
+  // own run beside, one at a time.
   std::shared_ptr<EngineAttempt> NewAttempt();
   // Starts the attempt's stream on `channel`; its context is prepared.
   void Send(const std::shared_ptr<EngineAttempt>& attempt,
-            grpc::ChannelInterface* channel) ABSL_LOCKS_EXCLUDED(mu_);
+            grpc::ChannelInterface* channel);
   // Cancels the attempt whose context this is.
-  void Cancel(const std::shared_ptr<void>& context) ABSL_LOCKS_EXCLUDED(mu_);
+  void Cancel(const std::shared_ptr<void>& context);
   // The call is decided: every batch waiting, and every later one, is
   // served from `outcome`, which outlives the flow.
-  void Conclude(const FinalOutcome& outcome) ABSL_LOCKS_EXCLUDED(mu_);
+  void Conclude(const FinalOutcome& outcome);
 
-  // Bytes of requests held for replay now (a test's window on the buffer).
-  size_t buffered_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes of requests held for replay now (a test's window on the buffer),
+  // from any thread.
+  size_t buffered_bytes() const;
   // Requests and their bytes buffered at the most, for stats and tests.
-  size_t peak_buffered_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t peak_buffered_bytes() const;
 
  private:
   friend class StreamAttempt;
@@ -172,7 +181,7 @@ class StreamFlow {
     grpc::experimental::InterceptorBatchMethods* batch;
     bool metadata, message, status;
   };
-  // What to do outside mu_, in this order.
+  // What an event does once its state is written, in this order.
   struct Actions {
     std::optional<CommitReason> commit;
     absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>
@@ -185,54 +194,48 @@ class StreamFlow {
     bool write_more = false;  // more requests queued behind `write`
     bool writes_done = false;
     bool read = false;
-    int holds = 0;  // one per operation above, added under mu_
+    int holds = 0;  // one per operation above, added by the event
     bool release_hold = false;
   };
 
-  void OnHeaders(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnRead(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnWrite(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnWritesDone(StreamAttempt* a, bool ok) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnDone(StreamAttempt* a, const grpc::Status& status)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnHeaders(StreamAttempt* a, bool ok);
+  void OnRead(StreamAttempt* a, bool ok);
+  void OnWrite(StreamAttempt* a, bool ok);
+  void OnWritesDone(StreamAttempt* a, bool ok);
+  void OnDone(StreamAttempt* a, const grpc::Status& status);
 
   // Takes a send half: `request` (may be null) then the half-close;
   // `batch` (null for the first, which Hijack() completes) proceeds once
   // the current attempt has taken them.
-  void TakeSendLocked(grpc::experimental::InterceptorBatchMethods* batch,
-                      const grpc::ByteBuffer* request, bool close, Actions& a)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeSend(grpc::experimental::InterceptorBatchMethods* batch,
+                const grpc::ByteBuffer* request, bool close, Actions& a);
   // Commits to the current attempt (its headers are copied when they come).
-  void CommitLocked(CommitReason reason, Actions& a)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitTo(CommitReason reason, Actions& a);
   // Completes what the current attempt has taken; `resume`: its progress,
-  // not a new request, is why (TakenLocked).
-  void CompleteSendsLocked(Actions& a, bool resume)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // not a new request, is why (Taken).
+  void CompleteSends(Actions& a, bool resume);
   // Whether the current attempt has taken request `index` (header): a
   // waiting writer resumes at half the window.
-  bool TakenLocked(int64_t index, bool resume) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DeliverLocked(Actions& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Taken(int64_t index, bool resume) const;
+  void Deliver(Actions& a);
   // Drops the requests the committed attempt has written.
-  void FreeWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeWritten();
   // Counts `n` bytes fewer held, in bytes_ and the gauges.
-  void ReleaseBytesLocked(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseBytes(size_t n);
   // The current attempt's next operations; `read_chain`: a read has just
   // completed (reading goes on to the full read-ahead).
-  void PumpLocked(Actions& a, bool read_chain = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Pump(Actions& a, bool read_chain = false);
   // Fills the receive half `r` as far as it can; true when complete.
-  bool FillRecvLocked(PendingRecv& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Run(Actions& a) ABSL_LOCKS_EXCLUDED(mu_);
+  bool FillRecv(PendingRecv& r);
+  void Act(Actions& a);
 
   StreamOwner* const owner_;
+  Serializer* const serializer_;
   const std::string method_;
   const grpc::internal::RpcMethod rpc_method_;
   const size_t buffer_limit_;
   ChannelStreamBytes* const channel_;
 
-  mutable internal::Mutex mu_;
   // A request kept for replay, and the bytes of every request up to and
   // including it (to measure a write window).
   struct Request {
@@ -240,31 +243,32 @@ class StreamFlow {
     uint64_t end;
   };
   // Requests kept for replay: indexes [freed_, taken_).
-  std::deque<Request> replay_ ABSL_GUARDED_BY(mu_);
-  int64_t freed_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t freed_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of requests [0, freed_)
-  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t taken_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of requests [0, taken_)
-  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  size_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<PendingSend> sends_ ABSL_GUARDED_BY(mu_);
-  std::deque<PendingRecv> recvs_ ABSL_GUARDED_BY(mu_);
+  std::deque<Request> replay_;
+  int64_t freed_ = 0;
+  uint64_t freed_bytes_ = 0;  // of requests [0, freed_)
+  int64_t taken_ = 0;
+  uint64_t taken_bytes_ = 0;  // of requests [0, taken_)
+  // Written by events only; atomic for the accessors above.
+  std::atomic<size_t> bytes_{0};
+  std::atomic<size_t> peak_bytes_{0};
+  bool half_closed_ = false;
+  std::deque<PendingSend> sends_;
+  std::deque<PendingRecv> recvs_;
 
-  std::shared_ptr<StreamAttempt> current_ ABSL_GUARDED_BY(mu_);
-  bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<StreamAttempt> current_;
+  bool committed_ = false;
   // The requests outgrew a buffer while no attempt ran: the next commits,
   // for this reason.
-  std::optional<CommitReason> commit_at_start_ ABSL_GUARDED_BY(mu_);
-  Metadata initial_metadata_ ABSL_GUARDED_BY(mu_);
-  bool metadata_ready_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<CommitReason> commit_at_start_;
+  Metadata initial_metadata_;
+  bool metadata_ready_ = false;
   // The committed attempt's messages read ahead of the application.
-  std::deque<grpc::ByteBuffer> ahead_ ABSL_GUARDED_BY(mu_);
-  size_t ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  bool messages_ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<grpc::ByteBuffer> ahead_;
+  size_t ahead_bytes_ = 0;
+  bool messages_ended_ = false;
   // A response the application's object could not take: the call's status.
-  grpc::Status parse_error_ ABSL_GUARDED_BY(mu_);
-  const FinalOutcome* outcome_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::Status parse_error_;
+  const FinalOutcome* outcome_ = nullptr;
 };
 
 }  // namespace internal

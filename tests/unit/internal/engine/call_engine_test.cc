@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,8 +47,8 @@ class FakeIo final : public CallIo {
   std::shared_ptr<EngineAttempt> NewAttempt() override {
     auto a = std::make_shared<EngineAttempt>();
     a->context = std::make_shared<int>(++contexts_);
-    // Runs where another thread's event could land: after the gate, before
-    // the engine looks again.
+    // Runs inside the send's event, before the gate is asked: where another
+    // thread's cancel could land.
     if (on_new_attempt) {
       auto hook = std::move(on_new_attempt);
       on_new_attempt = nullptr;
@@ -94,8 +95,20 @@ class FakeIo final : public CallIo {
                 const Batches& batches) override {
     ++concluded;
     status = outcome.status;
+    attempts_text = outcome.attempts_text;
     this->terminal = terminal;
-    static_cast<void>(batches);
+    concluded_batches = batches.size();
+    if (on_conclude) {
+      auto hook = std::move(on_conclude);
+      on_conclude = nullptr;
+      hook();
+    }
+  }
+  std::function<void()> on_conclude;
+  void ServeDecided(const FinalOutcome& outcome,
+                    const Batches& batches) override {
+    served_attempts_text = outcome.attempts_text;
+    served_decided += batches.size();
   }
 
   // The active timers of `kind`.
@@ -118,6 +131,12 @@ class FakeIo final : public CallIo {
   int parent_watches = 0;
   int took_result_of = 0;
   int concluded = 0;
+  // The rpcguard-attempts trailer of the concluded call, and of a batch
+  // served after it.
+  std::string attempts_text;
+  std::string served_attempts_text;
+  size_t concluded_batches = 0;
+  size_t served_decided = 0;
   grpc::Status status;
   TraceEvent terminal;
 
@@ -494,6 +513,31 @@ TEST_F(CallEngineTest, ACancelWhileAnAttemptIsBeingSentCancelsItOnceSent) {
   EXPECT_EQ(io_.concluded, 1);
   EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
   EXPECT_EQ(io_.sent.size(), 1u);
+  // The attempt was sent: the trailer counts it (the chaos test's "trailer
+  // 0, attempts seen 1" was a cancel deciding the call between the gate
+  // and the send, when they were two lock sections).
+  EXPECT_EQ(io_.attempts_text, "1");
+}
+
+TEST_F(CallEngineTest, ARideCancelledCountsItselfInItsTrailer) {
+  Make(Retry());
+  NewCall();
+  std::shared_ptr<EngineAttempt> ride =
+      engine_->RideFirstAttempt(std::nullopt, clock_.MonotonicNow());
+  engine_->Cancel();
+  Fire(io_.Active(TimerKind::kCancel).at(0));
+  // The application's own call is cancelled; its end decides the call.
+  EXPECT_EQ(io_.concluded, 0);
+  AttemptReport r;
+  r.status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+  int batch_storage = 0;  // a batch FakeIo only counts, never reads
+  auto* batch = reinterpret_cast<grpc::experimental::InterceptorBatchMethods*>(
+      &batch_storage);
+  engine_->OnAttemptDone(ride.get(), r, batch);
+  ASSERT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  EXPECT_EQ(io_.concluded_batches, 1u);
+  EXPECT_EQ(io_.attempts_text, "1");
 }
 
 TEST_F(CallEngineTest, TheRefresherIsAskedOnceThenTheCallRetriesWithIt) {
@@ -646,6 +690,43 @@ TEST_F(CallEngineTest, ACallDecidedWhileACopyIsSentConcludesAfterTheSend) {
   EXPECT_TRUE(io_.sent[1]->loser);
 }
 
+// Events run one at a time: an attempt's end that another thread reports
+// while a copy is being sent only queues (the reporting thread returns at
+// once), and the thread sending runs it after the send, so that nothing
+// concludes while a copy's context does not yet hold the channel.
+TEST_F(CallEngineTest, AnEndFromAnotherThreadDuringASendRunsAfterTheSend) {
+  Make(Hedge());
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  engine_->Start();
+  int concluded_during_send = -1;
+  io_.during_send = [&](const std::shared_ptr<EngineAttempt>&) {
+    std::thread other([&] { End(1, grpc::StatusCode::OK); });
+    other.join();  // returned: it queued, it did not wait for the send
+    concluded_during_send = io_.concluded;
+  };
+  Fire(io_.Active(TimerKind::kNext).at(0));
+  EXPECT_EQ(concluded_during_send, 0);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_TRUE(io_.status.ok());
+  EXPECT_EQ(io_.cancelled, std::vector<int>{2});
+}
+
+// A batch that waits for the outcome, arriving from another thread while
+// the deciding event runs, is served once, by the thread that decides.
+TEST_F(CallEngineTest, ABatchParkedWhileTheCallIsDecidedIsServedOnce) {
+  Make(Retry());
+  NewCall();
+  engine_->Start();
+  io_.on_conclude = [&] {
+    std::thread other([&] { engine_->Park(nullptr); });
+    other.join();
+  };
+  End(1, grpc::StatusCode::OK);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.concluded_batches, 0u);
+  EXPECT_EQ(io_.served_decided, 1u);
+}
+
 TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
   Make(Hedge());
   for (int call = 0; call < 5; ++call) {
@@ -684,9 +765,12 @@ TEST_F(CallEngineTest, ABatchParkedBeforeTheEndIsServedAtTheEnd) {
   Make(Retry());
   NewCall();
   engine_->Start();
-  EXPECT_EQ(engine_->Park(nullptr), nullptr);  // parked
+  engine_->Park(nullptr);  // parked
+  EXPECT_EQ(io_.concluded, 0);
   End(1, grpc::StatusCode::OK);
-  EXPECT_NE(engine_->Park(nullptr), nullptr);  // decided: served at once
+  EXPECT_EQ(io_.concluded_batches, 1u);  // served at the end
+  engine_->Park(nullptr);                // decided: served at once
+  EXPECT_EQ(io_.served_decided, 1u);
 }
 
 }  // namespace

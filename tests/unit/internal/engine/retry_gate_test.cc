@@ -159,7 +159,6 @@ TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
   o.max_tokens = 2;  // retries allowed while tokens > 1
   o.token_ratio = 0.5;
   throttle_ = *RetryThrottle::Create(o);
-  const std::optional<Admission> none;
   // A fatal answer costs nothing.
   EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kFatal,
                             Answer(grpc::StatusCode::NOT_FOUND), false));

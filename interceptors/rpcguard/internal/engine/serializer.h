@@ -1,0 +1,137 @@
+// Copyright rpcguard authors.
+//
+// Serializer: runs one call's events one at a time, in the order they
+// arrive, without holding a lock while an event runs (the model is gRPC
+// core's WorkSerializer). The thread that finds it idle runs its event at
+// once, then every event queued meanwhile; any other thread, or the same
+// thread re-entering from inside an event (gRPC completing an attempt inline,
+// a hook that cancels), only queues its event and returns. So an event's
+// handler may call into gRPC freely: whatever gRPC calls back with waits
+// behind it.
+//
+// The no-failure path queues nothing: an event that finds the serializer
+// idle costs two atomic operations, no lock and no allocation; only a
+// queued event makes the queue (once a call), takes its lock and is moved
+// into a heap-held closure.
+
+#ifndef RPCGUARD_INTERNAL_ENGINE_SERIALIZER_H_
+#define RPCGUARD_INTERNAL_ENGINE_SERIALIZER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "rpcguard/base/mutex.h"
+
+namespace rpcguard {
+namespace internal {
+
+class Serializer {
+ public:
+  Serializer() = default;
+  ~Serializer() { delete queue_.load(std::memory_order_acquire); }
+  Serializer(const Serializer&) = delete;
+  Serializer& operator=(const Serializer&) = delete;
+
+  // Runs `work` on this thread now if no event runs, then every event queued
+  // meanwhile, and returns when none is left; otherwise queues `work` for
+  // the thread that runs and returns at once. The caller keeps the
+  // serializer alive until Run returns, or an event hands it KeepAlive.
+  template <typename F>
+  void Run(F&& work) {
+    // Counted before it is queued: the running thread, seeing the count,
+    // waits for the event to appear rather than going idle without it.
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) != 0) {
+      Enqueue(std::forward<F>(work));
+      return;
+    }
+    std::shared_ptr<void> keep;
+    keep_ = &keep;
+    work();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) DrainQueued();
+    // `keep` may hold the last reference to this serializer's owner: nothing
+    // of `this` is touched past the drain.
+  }
+
+  // From inside an event: `owner` stays alive until the running thread has
+  // drained the queue. For an event after which the serializer's owner may
+  // be destroyed (the application's last batch served, the last attempt's
+  // hold let go), so that the drain never runs on freed memory. Only the
+  // first reference of a drain is kept (all are to the same owner); `owner`
+  // is let go of either way, so that a member handed over cannot keep its
+  // own object alive.
+  void KeepAlive(std::shared_ptr<void>&& owner) {
+    if (*keep_ == nullptr) {
+      *keep_ = std::move(owner);
+    } else {
+      owner.reset();
+    }
+  }
+  // From inside an event: whether the drain keeps its owner alive already.
+  bool keeping_alive() const { return *keep_ != nullptr; }
+
+  // Whether an event runs or waits, on any thread (for tests).
+  bool running() const { return pending_.load(std::memory_order_acquire) != 0; }
+
+ private:
+  // Where events wait; made by the first event that has to (none on the
+  // no-failure path), kept until the serializer goes.
+  struct Queue {
+    internal::Mutex mu;
+    std::vector<absl::AnyInvocable<void()>> events ABSL_GUARDED_BY(mu);
+  };
+
+  void Enqueue(absl::AnyInvocable<void()> work) {
+    Queue* queue = queue_.load(std::memory_order_acquire);
+    if (queue == nullptr) {
+      auto* made = new Queue;
+      if (queue_.compare_exchange_strong(queue, made,
+                                         std::memory_order_acq_rel)) {
+        queue = made;
+      } else {
+        delete made;  // another thread's won; `queue` is it
+      }
+    }
+    internal::MutexLock lock(&queue->mu);
+    queue->events.push_back(std::move(work));
+  }
+
+  // Runs what was queued, oldest first, until nothing is counted: the
+  // running thread's work once its own event found others counted.
+  void DrainQueued() {
+    std::vector<absl::AnyInvocable<void()>> batch;
+    size_t ran = 0;  // events run and not yet taken off the count
+    do {
+      // Others were counted; each is queued, or about to be.
+      for (;;) {
+        Queue* queue = queue_.load(std::memory_order_acquire);
+        if (queue != nullptr) {
+          internal::MutexLock lock(&queue->mu);
+          batch.swap(queue->events);
+        }
+        if (!batch.empty()) break;
+        std::this_thread::yield();
+      }
+      // Events queued while these run wait in the queue, after them.
+      for (auto& work : batch) work();
+      ran = batch.size();
+      batch.clear();
+    } while (pending_.fetch_sub(ran, std::memory_order_acq_rel) != ran);
+  }
+
+  // Events running or queued: the one atomic an idle event touches.
+  std::atomic<size_t> pending_{0};
+  std::atomic<Queue*> queue_{nullptr};
+  // The running thread's keep-alive (Run's local), set before each drain.
+  std::shared_ptr<void>* keep_ = nullptr;
+};
+
+}  // namespace internal
+}  // namespace rpcguard
+
+#endif  // RPCGUARD_INTERNAL_ENGINE_SERIALIZER_H_
