@@ -106,10 +106,10 @@ void HijackedCall::MakeStream(grpc::internal::RpcMethod::RpcType type,
       this, &engine_.serializer(), method_.name, type,
       factory_->stream_buffer_bytes(), factory_->channel_stream_bytes());
   stream_->TakeFirstBatch(first_batch);
+  transport_ = stream_.get();
 }
 
-void HijackedCall::OnStreamAttemptDone(EngineAttempt* attempt,
-                                       grpc::Status status) {
+void HijackedCall::OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) {
   // No hold of its own: the engine hands the drain its hold of this object
   // when it lets go of the last attempt (Serializer::KeepAlive).
   engine_.OnAttemptDone(
@@ -195,51 +195,50 @@ AttemptReport HijackedCall::ReadEnd(
 }
 
 std::shared_ptr<EngineAttempt> HijackedCall::NewAttempt() {
-  if (stream_ != nullptr) return stream_->NewAttempt();
+  return transport_->NewAttempt();
+}
+
+void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
+                        const std::optional<RefreshedCredentials>& refreshed) {
+  PrepareContext(
+      *ContextOf(attempt->context), *attempt,
+      transport_->RunsToCallDeadline() ? engine_.deadline() : attempt->deadline,
+      refreshed);
+  transport_->Send(attempt, setup_.channel.get());
+}
+
+void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
+  transport_->Cancel(context);
+}
+
+std::shared_ptr<EngineAttempt> HijackedCall::Unary::NewAttempt() {
   auto attempt = std::make_shared<GrpcAttempt>();
   attempt->context = std::make_shared<grpc::ClientContext>();
   return attempt;
 }
 
-void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
-                        const std::optional<RefreshedCredentials>& refreshed) {
+void HijackedCall::Unary::Send(const std::shared_ptr<EngineAttempt>& attempt,
+                               grpc::ChannelInterface* channel) {
   grpc::ClientContext* context = ContextOf(attempt->context);
-  if (stream_ != nullptr) {
-    // A stream's attempt runs until the call's deadline: a per-attempt
-    // timeout would cut a committed stream short (README, Streams).
-    PrepareContext(*context, *attempt, engine_.deadline(), refreshed);
-    stream_->Send(attempt, setup_.channel.get());
-    return;
-  }
   auto* grpc_attempt = static_cast<GrpcAttempt*>(attempt.get());
-  PrepareContext(*context, *attempt, attempt->deadline, refreshed);
   // The callback captures two raw pointers, which std::function stores
-  // without allocating; the engine holds this object (Hold) and the
-  // attempt until it runs.
+  // without allocating; the engine holds the call (Hold) and the attempt
+  // until it runs.
   SendingScope sending(context);
-  StartAttemptCall(setup_.channel.get(), *setup_.rpc_method, context,
-                   &setup_.request, &grpc_attempt->response,
-                   [this, grpc_attempt](grpc::Status status) {
-                     OnAttemptDone(grpc_attempt, std::move(status));
+  HijackedCall* call = call_;
+  StartAttemptCall(channel, *call->setup_.rpc_method, context,
+                   &call->setup_.request, &grpc_attempt->response,
+                   [call, grpc_attempt](grpc::Status status) {
+                     call->OnAttemptEnded(grpc_attempt, std::move(status));
                    });
 }
 
-void HijackedCall::OnAttemptDone(GrpcAttempt* attempt, grpc::Status status) {
-  // No hold of its own: the engine hands the drain its hold of this object
-  // when it lets go of the last attempt (Serializer::KeepAlive).
-  engine_.OnAttemptDone(
-      attempt,
-      ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata()),
-      nullptr);
+void HijackedCall::Unary::Cancel(const std::shared_ptr<void>& context) {
+  if (context != nullptr) ContextOf(context)->TryCancel();
 }
 
-void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
-  if (stream_ != nullptr) {
-    stream_->Cancel(context);
-  } else if (context != nullptr) {
-    ContextOf(context)->TryCancel();
-  }
+void HijackedCall::Unary::TakeResponse(EngineAttempt& last, FinalOutcome* out) {
+  out->response.Swap(&static_cast<GrpcAttempt&>(last).response);
 }
 
 void HijackedCall::Release(std::shared_ptr<EngineAttempt> attempt) {
@@ -347,10 +346,7 @@ void HijackedCall::PrepareContext(
 
 void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
   grpc::ClientContext* context = ContextOf(last.context);
-  // A stream's responses went to the application as they came.
-  if (stream_ == nullptr) {
-    out->response.Swap(&static_cast<GrpcAttempt&>(last).response);
-  }
+  transport_->TakeResponse(last, out);
   CopyMetadata(context->GetServerInitialMetadata(), &out->initial_metadata);
   CopyMetadata(context->GetServerTrailingMetadata(), &out->trailing_metadata);
   // Before the application's call completes, which is when it may read.
@@ -377,10 +373,8 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
     factory_->ReportGiveUp(method_, terminal, outcome.attempts,
                            setup_.idempotency_key, setup_.request);
   }
-  if (stream_ != nullptr) {
-    stream_->Conclude(outcome);
-    return;
-  }
+  transport_->Conclude(outcome);
+  // The application's batches that waited in the engine (a unary call's).
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 

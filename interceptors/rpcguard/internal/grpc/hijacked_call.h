@@ -21,6 +21,10 @@
 // the caller's context is left describing the final attempt
 // (auth_context(), debug_error_string()); see grpc_1_51_context.h.
 //
+// How the attempts travel is its transport's (attempt_transport.h): one
+// RPC an attempt for a unary call (Unary), a StreamFlow for a stream
+// (MakeStream); the call itself never asks which.
+//
 // Lifetime: the call is shared (std::shared_ptr) by the interceptor and,
 // while attempts run, by the engine (CallIo::Hold): an attempt's callback
 // holds raw pointers, which std::function stores without allocating.
@@ -43,6 +47,7 @@
 
 #include "absl/time/time.h"
 #include "rpcguard/internal/engine/call_engine.h"
+#include "rpcguard/internal/grpc/attempt_transport.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
@@ -65,7 +70,7 @@ AttemptReport ReadAttemptEnd(
 
 class HijackedCall final : public CallIo,
                            public EngineRecorder,
-                           public StreamOwner,
+                           public TransportOwner,
                            public std::enable_shared_from_this<HijackedCall> {
  public:
   // Everything needed to replay the request, captured from the first batch.
@@ -190,16 +195,33 @@ class HijackedCall final : public CallIo,
   void ServeDecided(const FinalOutcome& outcome,
                     const Batches& batches) override;
 
-  // StreamOwner: a streaming call's events.
+  // TransportOwner: the attempts' ends, and a stream's commit.
+  void OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) override;
   void OnCommit(CommitReason reason) override { engine_.CommitInEvent(reason); }
-  void OnStreamAttemptDone(EngineAttempt* attempt,
-                           grpc::Status status) override;
 
  private:
-  // An attempt as gRPC runs it: the engine's, with its response buffer
-  // (EngineAttempt::context is its grpc::ClientContext).
-  struct GrpcAttempt : EngineAttempt {
-    grpc::ByteBuffer response;
+  // A unary call's transport: one RPC an attempt, through gRPC's callback
+  // API, into a response buffer of the attempt's own; the final attempt's
+  // is handed over (TakeResponse).
+  class Unary final : public AttemptTransport {
+   public:
+    explicit Unary(HijackedCall* call) : call_(call) {}
+    std::shared_ptr<EngineAttempt> NewAttempt() override;
+    bool RunsToCallDeadline() const override { return false; }
+    void Send(const std::shared_ptr<EngineAttempt>& attempt,
+              grpc::ChannelInterface* channel) override;
+    void Cancel(const std::shared_ptr<void>& context) override;
+    void TakeResponse(EngineAttempt& last, FinalOutcome* out) override;
+    // The application's batches wait in the engine (served by the call).
+    void Conclude(const FinalOutcome& outcome) override {}
+
+   private:
+    // An attempt as gRPC runs it: the engine's, with its response buffer
+    // (EngineAttempt::context is its grpc::ClientContext).
+    struct GrpcAttempt : EngineAttempt {
+      grpc::ByteBuffer response;
+    };
+    HijackedCall* const call_;
   };
 
   // How an attempt ended, from its status, trailers and the channel: one
@@ -207,8 +229,6 @@ class HijackedCall final : public CallIo,
   AttemptReport ReadEnd(
       grpc::Status status,
       const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const;
-  // The callback of an attempt sent by Send.
-  void OnAttemptDone(GrpcAttempt* attempt, grpc::Status status);
   // Fills in the attempt's context from the caller's (Setup), the refreshed
   // credentials and rpcguard's metadata; `deadline` is the attempt's, on
   // the injected clock.
@@ -239,8 +259,10 @@ class HijackedCall final : public CallIo,
   std::shared_ptr<EngineAttempt> ride_;
   // Sent once (the constructor's `sent_once`): nothing is ever resent.
   const bool sent_once_;
-  // A streaming call's streams (MakeStream); null for a unary call.
+  // How attempts travel: unary_, or stream_ once MakeStream made one.
+  Unary unary_{this};
   std::unique_ptr<StreamFlow> stream_;
+  AttemptTransport* transport_ = &unary_;
   CallEngine engine_;
 
   // Watches the caller's parent call once a wait has begun; stopped when

@@ -40,7 +40,7 @@ void StreamAttempt::OnDone(const grpc::Status& status) {
   flow_->OnDone(this, status);
 }
 
-StreamFlow::StreamFlow(StreamOwner* owner, Serializer* serializer,
+StreamFlow::StreamFlow(TransportOwner* owner, Serializer* serializer,
                        std::string method,
                        grpc::internal::RpcMethod::RpcType type,
                        size_t buffer_limit, ChannelStreamBytes* channel)
@@ -146,9 +146,13 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
                       grpc::ChannelInterface* channel) {
   auto attempt = std::static_pointer_cast<StreamAttempt>(engine_attempt);
   grpc::ClientContext* context = ContextOf(attempt->context);
-  grpc::internal::ClientCallbackReaderWriterFactory<
-      grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel, rpc_method_, context,
-                                                  attempt.get());
+  if (starter_) {
+    starter_(channel, rpc_method_, context, attempt.get());
+  } else {
+    grpc::internal::ClientCallbackReaderWriterFactory<
+        grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel, rpc_method_,
+                                                    context, attempt.get());
+  }
   // The base hold: the stream stays open for the application's next
   // request, which may come at any time. Released when the server's
   // messages end, or when the attempt is cancelled.
@@ -276,7 +280,7 @@ void StreamFlow::OnDone(StreamAttempt* attempt, const grpc::Status& status) {
   serializer_->Run([this, attempt] {
     if (attempt == current_.get()) current_.reset();
   });
-  owner_->OnStreamAttemptDone(attempt, status);
+  owner_->OnAttemptEnded(attempt, status);
 }
 
 void StreamFlow::CommitTo(CommitReason reason, Actions& a) {

@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -61,6 +62,7 @@
 #include "absl/container/inlined_vector.h"
 #include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/engine/serializer.h"
+#include "rpcguard/internal/grpc/attempt_transport.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 
@@ -72,22 +74,6 @@ class StreamFlow;
 // Bytes of requests held for replay by every streaming call of the process
 // now: for tests, and a gauge for operators.
 int64_t StreamBytesBuffered();
-
-// What a StreamFlow tells the call it belongs to (HijackedCall).
-class StreamOwner {
- public:
-  virtual ~StreamOwner() = default;
-  // The call committed to its current attempt (from the flow's event).
-  virtual void OnCommit(CommitReason reason) = 0;
-  // A reference that keeps the owner (and the flow) alive: taken by an
-  // event that serves the application's last batch, after which the
-  // application may destroy its call (Serializer::KeepAlive).
-  virtual std::shared_ptr<void> Hold() = 0;
-  // The attempt's stream finished with `status` (its context's trailers are
-  // readable); the engine hears of it now.
-  virtual void OnStreamAttemptDone(EngineAttempt* attempt,
-                                   grpc::Status status) = 0;
-};
 
 // One attempt of a stream: the engine's attempt and the reactor of its
 // stream. Its fields are the flow's, touched only by the flow's events.
@@ -120,7 +106,7 @@ class StreamAttempt final
   uint64_t written_bytes_ = 0;  // and their bytes, counted from 0 as well
 };
 
-class StreamFlow {
+class StreamFlow final : public AttemptTransport {
  public:
   // The windows of the header's comment: small, so that what is held is a
   // transport's worth, and enough that a steady stream rarely waits.
@@ -133,7 +119,7 @@ class StreamFlow {
   // before the call commits; `channel`: what all streams of the channel
   // hold, and their limit (it outlives the flow); `serializer`: the call's,
   // on which the flow's events run (the owner's, outliving the flow).
-  StreamFlow(StreamOwner* owner, Serializer* serializer, std::string method,
+  StreamFlow(TransportOwner* owner, Serializer* serializer, std::string method,
              grpc::internal::RpcMethod::RpcType type, size_t buffer_limit,
              ChannelStreamBytes* channel);
   ~StreamFlow();
@@ -149,17 +135,31 @@ class StreamFlow {
   // Proceeded when done.
   void Serve(grpc::experimental::InterceptorBatchMethods* batch);
 
-  // CallIo, for HijackedCall: from the engine's events, which the flow's
-  // own run beside, one at a time.
-  std::shared_ptr<EngineAttempt> NewAttempt();
+  // AttemptTransport: from the engine's events, which the flow's own run
+  // beside, one at a time.
+  std::shared_ptr<EngineAttempt> NewAttempt() override;
+  bool RunsToCallDeadline() const override { return true; }
   // Starts the attempt's stream on `channel`; its context is prepared.
   void Send(const std::shared_ptr<EngineAttempt>& attempt,
-            grpc::ChannelInterface* channel);
+            grpc::ChannelInterface* channel) override;
   // Cancels the attempt whose context this is.
-  void Cancel(const std::shared_ptr<void>& context);
+  void Cancel(const std::shared_ptr<void>& context) override;
+  // The responses went to the application as they came: nothing to take.
+  void TakeResponse(EngineAttempt& last, FinalOutcome* out) override {}
   // The call is decided: every batch waiting, and every later one, is
   // served from `outcome`, which outlives the flow.
-  void Conclude(const FinalOutcome& outcome);
+  void Conclude(const FinalOutcome& outcome) override;
+
+  // Makes an attempt's stream and binds it to `attempt` (its reactor):
+  // gRPC's callback API unless a test gives a fake stream
+  // (grpc::ClientCallbackReaderWriter, which binds itself with
+  // BindReactor).
+  using StreamStarter = std::function<void(
+      grpc::ChannelInterface* channel, const grpc::internal::RpcMethod& method,
+      grpc::ClientContext* context, StreamAttempt* attempt)>;
+  void SetStreamStarterForTest(StreamStarter starter) {
+    starter_ = std::move(starter);
+  }
 
   // Bytes of requests held for replay now (a test's window on the buffer),
   // from any thread.
@@ -229,12 +229,13 @@ class StreamFlow {
   bool FillRecv(PendingRecv& r);
   void Act(Actions& a);
 
-  StreamOwner* const owner_;
+  TransportOwner* const owner_;
   Serializer* const serializer_;
   const std::string method_;
   const grpc::internal::RpcMethod rpc_method_;
   const size_t buffer_limit_;
   ChannelStreamBytes* const channel_;
+  StreamStarter starter_;  // empty: gRPC's
 
   // A request kept for replay, and the bytes of every request up to and
   // including it (to measure a write window).
