@@ -208,6 +208,18 @@ class StreamFlowTest : public ::testing::Test, public TransportOwner {
   }
 
   void Serve(FakeBatch& batch) { flow_->Serve(&batch); }
+  // Serves n application writes, "m0" onwards, in order. The flow keeps
+  // pointers to the batches: returning the vector moves its buffer, never
+  // the batches.
+  std::vector<FakeBatch> ServeWrites(int n) {
+    std::vector<FakeBatch> writes;
+    writes.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      writes.push_back(FakeBatch::Write("m" + std::to_string(i)));
+      Serve(writes.back());
+    }
+    return writes;
+  }
 
   void Conclude(const grpc::Status& status) {
     outcome_.status = status;
@@ -236,12 +248,7 @@ class StreamFlowTest : public ::testing::Test, public TransportOwner {
 TEST_F(StreamFlowTest, WritesWithinTheWindowProceedAtOnceAndTheNextWaits) {
   Make();
   FakeStream& stream = SendAttempt();
-  std::vector<FakeBatch> writes;
-  writes.reserve(StreamFlow::kWriteAhead + 1);
-  for (int i = 0; i <= StreamFlow::kWriteAhead; ++i) {
-    writes.push_back(FakeBatch::Write("m" + std::to_string(i)));
-    Serve(writes.back());
-  }
+  std::vector<FakeBatch> writes = ServeWrites(StreamFlow::kWriteAhead + 1);
   // The window: kWriteAhead requests ahead of what the stream has written.
   for (int i = 0; i < StreamFlow::kWriteAhead; ++i) {
     EXPECT_EQ(writes[i].proceeded, 1) << i;
@@ -361,12 +368,7 @@ TEST_F(StreamFlowTest, ACancelLetsTheStreamFinish) {
 TEST_F(StreamFlowTest, TheEndServesTheStatusAndFailsWhatWasNeverTaken) {
   Make();
   FakeStream& stream = SendAttempt();
-  std::vector<FakeBatch> writes;
-  writes.reserve(StreamFlow::kWriteAhead + 1);
-  for (int i = 0; i <= StreamFlow::kWriteAhead; ++i) {
-    writes.push_back(FakeBatch::Write("m" + std::to_string(i)));
-    Serve(writes.back());
-  }
+  std::vector<FakeBatch> writes = ServeWrites(StreamFlow::kWriteAhead + 1);
   FakeBatch read = FakeBatch::Read();
   FakeBatch finish = FakeBatch::Finish();
   Serve(read);
