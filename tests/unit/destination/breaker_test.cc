@@ -805,7 +805,9 @@ TEST_F(BreakerTest, ListenerSeesEveryEdgeExactlyOnceInOrder) {
     EXPECT_TRUE(
         IsLegalTransition(events_[i].from, events_[i].to, events_[i].manual))
         << i;
-    if (i > 0) EXPECT_EQ(events_[i].from, events_[i - 1].to) << i;
+    if (i > 0) {
+      EXPECT_EQ(events_[i].from, events_[i - 1].to) << i;
+    }
   }
   EXPECT_EQ(breaker->Snapshot().transitions, events_.size());
 }

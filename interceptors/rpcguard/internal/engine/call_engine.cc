@@ -170,7 +170,6 @@ bool CallEngine::TakeCancel() {
 void CallEngine::CommitInEvent(CommitReason reason) {
   if (done_ || commit_.has_value()) return;
   commit_ = reason;
-  committed_.store(true, std::memory_order_release);
 }
 
 void CallEngine::Commit(CommitReason reason) {

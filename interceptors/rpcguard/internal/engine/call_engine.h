@@ -273,8 +273,10 @@ class CallEngine {
   // The call's serializer, on which a stream's own events run beside the
   // engine's.
   Serializer& serializer() { return serializer_; }
-  // Whether the call has committed (Commit).
-  bool committed() const { return committed_.load(std::memory_order_acquire); }
+  // The commit, if the call has committed: the one fact, which a stream
+  // reads back (TransportOwner::commit) and the policy and the terminal
+  // line read too. From an event of this call, or once the call is over.
+  std::optional<CommitReason> commit() const { return commit_; }
 
   // The call's deadline on the injected clock: the caller's, shortened by
   // a methodConfig timeout.
@@ -390,9 +392,8 @@ class CallEngine {
   // event (TakeCancel).
   std::atomic<bool> cancel_requested_{false};
   // Mirrors for readers outside the serializer: done_ (Cancel's early out,
-  // tests), the commit, attempts started and the state (tests).
+  // tests), attempts started and the state (tests).
   std::atomic<bool> decided_{false};
-  std::atomic<bool> committed_{false};
   std::atomic<int> attempts_seen_{0};
   std::atomic<EngineState> state_{EngineState::kIdle};
 
@@ -410,8 +411,9 @@ class CallEngine {
   bool refreshing_ = false;
   // CallIo::Send is running (the state "sending").
   bool sending_ = false;
-  // The commit, one fact: StreamFlow decides it (Commit), the policy reads
-  // it (EndFacts::committed), the terminal line and the stats carry it.
+  // The commit, one fact: StreamFlow decides it (TransportOwner::Commit)
+  // and reads it back (TransportOwner::commit), the policy reads it
+  // (EndFacts::committed), the terminal line and the stats carry it.
   std::optional<CommitReason> commit_;
   // What a cancel ends the call with: the caller's, or its parent's end.
   grpc::Status cancel_status_;

@@ -30,8 +30,13 @@ class TransportOwner {
   // The attempt ended with `status`; its context's trailers are readable.
   // The engine hears of it now.
   virtual void OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) = 0;
-  // A stream committed to its current attempt (from the flow's event).
-  virtual void OnCommit(CommitReason reason) = 0;
+  // A stream commits to its current attempt, for `reason`: the owner keeps
+  // the fact (the first commit counts; none once the call is decided), and
+  // the flow reads it back through commit(), so it is kept once. From the
+  // flow's event, before anything the event does after.
+  virtual void Commit(CommitReason reason) = 0;
+  // The call's commit, if it has committed.
+  virtual std::optional<CommitReason> commit() const = 0;
   // A reference that keeps the owner (and the transport) alive: taken by an
   // event that serves the application's last batch, after which the
   // application may destroy its call (Serializer::KeepAlive).

@@ -197,7 +197,10 @@ class HijackedCall final : public CallIo,
 
   // TransportOwner: the attempts' ends, and a stream's commit.
   void OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) override;
-  void OnCommit(CommitReason reason) override { engine_.CommitInEvent(reason); }
+  void Commit(CommitReason reason) override { engine_.CommitInEvent(reason); }
+  std::optional<CommitReason> commit() const override {
+    return engine_.commit();
+  }
 
  private:
   // A unary call's transport: one RPC an attempt, through gRPC's callback

@@ -112,14 +112,14 @@ void StreamFlow::TakeSend(InterceptorBatchMethods* batch,
     const size_t size = request->Length();
     // Counted whatever happens: held until the attempt has written it.
     const bool channel_fits = channel_->Add(size);
-    if (!committed_ && (bytes_ + size > buffer_limit_ || !channel_fits)) {
+    if (!committed() && (bytes_ + size > buffer_limit_ || !channel_fits)) {
       // More than a replay may hold: this attempt, or the next if none
       // runs, is the last.
       const CommitReason reason = bytes_ + size > buffer_limit_
                                       ? CommitReason::kBufferLimit
                                       : CommitReason::kChannelBufferLimit;
       if (current_ != nullptr && current_->bound_) {
-        CommitTo(reason, a);
+        CommitTo(reason);
       } else if (!commit_at_start_.has_value()) {
         commit_at_start_ = reason;
       }
@@ -164,7 +164,7 @@ void StreamFlow::Send(const std::shared_ptr<EngineAttempt>& engine_attempt,
   attempt->written_ = freed_;
   attempt->written_bytes_ = freed_bytes_;
   if (commit_at_start_.has_value()) {
-    CommitTo(*commit_at_start_, a);
+    CommitTo(*commit_at_start_);
     commit_at_start_.reset();
   }
   CompleteSends(a, /*resume=*/true);
@@ -196,7 +196,7 @@ void StreamFlow::OnHeaders(StreamAttempt* attempt, bool ok) {
   serializer_->Run([this, attempt] {
     if (attempt != current_.get() || outcome_ != nullptr) return;
     Actions a;
-    if (!committed_) CommitTo(CommitReason::kHeaders, a);
+    if (!committed()) CommitTo(CommitReason::kHeaders);
     // Filled before this reaction ran, and not touched by gRPC again.
     CopyMetadata(ContextOf(attempt->context)->GetServerInitialMetadata(),
                  &initial_metadata_);
@@ -223,11 +223,11 @@ void StreamFlow::OnRead(StreamAttempt* attempt, bool ok) {
     }
     if (attempt == current_.get() && outcome_ == nullptr) {
       if (ok) {
-        if (!committed_) CommitTo(CommitReason::kMessage, a);
+        if (!committed()) CommitTo(CommitReason::kMessage);
         ahead_bytes_ += attempt->read_buffer_.Length();
         ahead_.emplace_back();
         ahead_.back().Swap(&attempt->read_buffer_);
-      } else if (committed_) {
+      } else if (committed()) {
         messages_ended_ = true;
       }
       Deliver(a);
@@ -254,7 +254,7 @@ void StreamFlow::OnWrite(StreamAttempt* attempt, bool ok) {
       attempt->write_failed_ = true;
     }
     if (attempt == current_.get() && outcome_ == nullptr) {
-      if (committed_) FreeWritten();
+      if (committed()) FreeWritten();
       CompleteSends(a, /*resume=*/true);
       Pump(a);
     }
@@ -283,9 +283,10 @@ void StreamFlow::OnDone(StreamAttempt* attempt, const grpc::Status& status) {
   owner_->OnAttemptEnded(attempt, status);
 }
 
-void StreamFlow::CommitTo(CommitReason reason, Actions& a) {
-  committed_ = true;
-  a.commit = reason;
+void StreamFlow::CommitTo(CommitReason reason) {
+  // Made now, in this event: an attempt's end queued behind it is judged
+  // committed.
+  owner_->Commit(reason);
   FreeWritten();
 }
 
@@ -414,7 +415,6 @@ void StreamFlow::Pump(Actions& a, bool read_chain) {
 }
 
 void StreamFlow::Act(Actions& a) {
-  if (a.commit.has_value()) owner_->OnCommit(*a.commit);
   // A status batch completes the application's call, which it may then
   // destroy, with this flow: the running drain keeps it alive.
   if (!a.proceed_last.empty()) serializer_->KeepAlive(owner_->Hold());

@@ -183,7 +183,6 @@ class StreamFlow final : public AttemptTransport {
   };
   // What an event does once its state is written, in this order.
   struct Actions {
-    std::optional<CommitReason> commit;
     absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>
         proceed;
     // The status batches, proceeded last: they complete the call.
@@ -209,8 +208,11 @@ class StreamFlow final : public AttemptTransport {
   // the current attempt has taken them.
   void TakeSend(grpc::experimental::InterceptorBatchMethods* batch,
                 const grpc::ByteBuffer* request, bool close, Actions& a);
-  // Commits to the current attempt (its headers are copied when they come).
-  void CommitTo(CommitReason reason, Actions& a);
+  // Commits to the current attempt (its headers are copied when they come):
+  // the owner keeps the fact.
+  void CommitTo(CommitReason reason);
+  // Whether the call has committed: the owner's fact, kept once.
+  bool committed() const { return owner_->commit().has_value(); }
   // Completes what the current attempt has taken; `resume`: its progress,
   // not a new request, is why (Taken).
   void CompleteSends(Actions& a, bool resume);
@@ -257,7 +259,6 @@ class StreamFlow final : public AttemptTransport {
   std::deque<PendingRecv> recvs_;
 
   std::shared_ptr<StreamAttempt> current_;
-  bool committed_ = false;
   // The requests outgrew a buffer while no attempt ran: the next commits,
   // for this reason.
   std::optional<CommitReason> commit_at_start_;

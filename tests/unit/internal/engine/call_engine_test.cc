@@ -390,7 +390,7 @@ TEST_F(CallEngineTest, ACommittedCallEndsWithItsAttempt) {
   ASSERT_EQ(io_.sent.size(), 2u);
   engine_->Commit(CommitReason::kHeaders);
   engine_->Commit(CommitReason::kMessage);  // the first counts
-  EXPECT_TRUE(engine_->committed());
+  EXPECT_EQ(engine_->commit(), CommitReason::kHeaders);
   End(2, grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(io_.concluded, 1);
   EXPECT_EQ(io_.sent.size(), 2u);

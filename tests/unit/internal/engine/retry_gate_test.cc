@@ -360,7 +360,9 @@ TEST_P(GateRetryTest, VetoesInOrder) {
   const GateRow& row = GetParam();
   if (row.breaker_open) OpenBreaker();
   if (row.breaker_forced_open) breaker_->ForceOpen();
-  if (row.budget_spent) ASSERT_TRUE(budget_->TryAcquireRetry());
+  if (row.budget_spent) {
+    ASSERT_TRUE(budget_->TryAcquireRetry());
+  }
   const RetryBudgetSnapshot before = budget_->Snapshot();
   const Decision d = GateRetry(row.decision, row.throttle_allows, Gates());
   EXPECT_EQ(d.action, row.action);

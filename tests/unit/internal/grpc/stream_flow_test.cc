@@ -231,7 +231,12 @@ class StreamFlowTest : public ::testing::Test, public TransportOwner {
   void OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) override {
     ended_.push_back(status.error_code());
   }
-  void OnCommit(CommitReason reason) override { commits_.push_back(reason); }
+  // Every commit the flow makes is kept; the first is the fact it reads.
+  void Commit(CommitReason reason) override { commits_.push_back(reason); }
+  std::optional<CommitReason> commit() const override {
+    if (commits_.empty()) return std::nullopt;
+    return commits_.front();
+  }
   std::shared_ptr<void> Hold() override { return hold_; }
 
   Serializer serializer_;
@@ -303,6 +308,13 @@ TEST_F(StreamFlowTest, HeadersCommitAndFreeWhatWasWritten) {
   // Committed: a written request is never replayed, so it is not kept.
   EXPECT_EQ(flow_->buffered_bytes(), 0u);
   EXPECT_EQ(channel_bytes_->held(), 0u);
+  // Decided once: the flow reads the owner's fact, so a response after the
+  // headers commits nothing more.
+  FakeBatch read = FakeBatch::Read();
+  Serve(read);
+  stream.Respond("r");
+  EXPECT_EQ(read.proceeded, 1);
+  EXPECT_EQ(commits_, (std::vector<CommitReason>{CommitReason::kHeaders}));
 }
 
 TEST_F(StreamFlowTest, AResponseCommitsAndReachesTheApplicationOnce) {
