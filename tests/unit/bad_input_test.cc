@@ -571,6 +571,34 @@ TEST_F(BadInputTest, CancelledBeforeTheCallSendsNothing) {
   }
 }
 
+// Issue 30's second chaos violation ("a call whose trailer said 0 attempts
+// while one was seen"), made deterministic: a context cancelled before its
+// stub call (as the chaos caller's early cancels are) still runs the hooks
+// below rpcguard. Whatever rpcguard's trailer says must be what the counter
+// registered after it saw, on both stubs, sent once (Create) or retriable.
+TEST_F(BadInputTest, APreCancelledCallsTrailerCountsTheAttemptsSeen) {
+  for (Api api : {Api::kSync, Api::kCallback}) {
+    for (bool create : {false, true}) {
+      FaultRequest req;
+      req.set_op_id(Op("pre-cancelled-trailer"));
+      FaultReply reply;
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("test-op", req.op_id());
+      ctx.TryCancel();
+      grpc::Status s = CallFault(stub_.get(), api, create, &ctx, req, &reply);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+      const std::vector<std::string> trailer =
+          TrailerValues(ctx, kAttemptsTrailer);
+      const int seen = counter_.Started(req.op_id());
+      SCOPED_TRACE(absl::StrCat(api == Api::kSync ? "sync" : "callback",
+                                create ? " Create" : " Get", ", seen ", seen));
+      // Sync Get is refused before its first attempt (0 seen); the others
+      // pass through or ride, and the counter sees their one attempt.
+      EXPECT_EQ(trailer, std::vector<std::string>{absl::StrCat(seen)});
+    }
+  }
+}
+
 TEST_F(BadInputTest, CancelAfterCompletionIsHarmless) {
   for (Api api : {Api::kSync, Api::kCallback}) {
     FaultRequest req;
@@ -617,6 +645,11 @@ TEST_F(BadInputTest, CancelRacingTheCallEndsItCleanly) {
         << s.error_code() << " " << s.error_message();
     if (s.error_code() == grpc::StatusCode::CANCELLED) ++cancelled;
     EXPECT_LE(started, create ? 1 : 4) << req.op_id();
+    // rpcguard's count of its attempts is the counter's, whenever the
+    // cancel came (the chaos test's "attempts trailer = attempts seen").
+    for (const std::string& value : TrailerValues(ctx, kAttemptsTrailer)) {
+      EXPECT_EQ(value, absl::StrCat(started)) << req.op_id();
+    }
     // No attempt starts once the call has returned, and the server never
     // sees more than started (a cancelled request may still arrive).
     absl::SleepFor(absl::Milliseconds(5));
