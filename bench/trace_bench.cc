@@ -1,8 +1,9 @@
 // Copyright rpcguard authors.
 //
 // What tracing costs per event. The no-failure path at the default verbosity
-// is ShouldTrace (false) plus Stats::Record through a cached handle; the rest
-// shows what a written line costs.
+// is ShouldTrace (false) plus the counters a success adds (Stats::Record of its
+// event, which counts it as the typed calls do); the rest shows what a
+// written line costs.
 
 #include <cstdio>
 

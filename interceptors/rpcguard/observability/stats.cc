@@ -222,74 +222,85 @@ void Stats::Record(const TraceEvent& event) {
   Record(ForMethod(event.method), event);
 }
 
+void Stats::RecordRetry(MethodHandle* h, absl::Duration delay) {
+  Add(h->retries);
+  delay = std::max(delay, absl::ZeroDuration());
+  const double ms = absl::ToDoubleMilliseconds(delay);
+  size_t bucket = 0;
+  while (bucket < kRetryDelayBucketsMs.size() &&
+         ms > kRetryDelayBucketsMs[bucket]) {
+    ++bucket;
+  }
+  Add(h->delay_buckets[bucket]);
+  Add(h->delay_sum_us, static_cast<uint64_t>(absl::ToInt64Microseconds(
+                           std::min(delay, absl::Hours(24 * 365)))));
+}
+
+void Stats::RecordCallEnded(MethodHandle* h, const CallEnd& end) {
+  Add(h->calls);
+  Add(h->calls_by_code[CodeIndex(end.code)]);
+  Add(h->call_duration[BucketOf(end.duration, kDurationBucketsSeconds)]);
+  Add(h->call_duration_ns, NonNegativeNanos(end.duration));
+  if (end.reason != GiveUpReason::kNone) {
+    const int reason = ReasonIndex(end.reason);
+    Add(h->give_ups[reason]);
+    if (end.fail_fast) Add(h->fail_fasts[reason]);
+  }
+  if (end.commit.has_value()) {
+    Add(h->commits[static_cast<size_t>(*end.commit)]);
+  }
+  const int attempts = std::max(end.attempts, 0);
+  Add(h->attempts_buckets[std::min(std::max(attempts, 1), 11) - 1]);
+  Add(h->attempts_sum, static_cast<uint64_t>(attempts));
+  if (attempts > 1 && end.retried) {
+    Add(h->retries_per_call[BucketOf(absl::Seconds(attempts - 1),
+                                     kPerCallBuckets)]);
+    Add(h->retries_per_call_sum, static_cast<uint64_t>(attempts - 1));
+  }
+}
+
 void Stats::Record(MethodHandle* h, const TraceEvent& event) {
+  CallEnd end;
+  end.code = event.code;
+  end.duration = event.call_duration;
   switch (event.kind) {
     case TraceEvent::Kind::kBreakerTransition:
       RecordTransition(event);
       return;
-    case TraceEvent::Kind::kFailFast: {
-      const int reason = ReasonIndex(event.reason);
-      Add(h->calls);
-      Add(h->calls_by_code[CodeIndex(event.code)]);
-      Add(h->fail_fasts[reason]);
-      Add(h->give_ups[reason]);
-      const int sent = std::max(event.attempt - 1, 0);
-      Add(h->attempts_buckets[std::min(std::max(sent, 1), 11) - 1]);
-      Add(h->attempts_sum, static_cast<uint64_t>(sent));
-      Add(h->call_duration[BucketOf(event.call_duration,
-                                    kDurationBucketsSeconds)]);
-      Add(h->call_duration_ns, NonNegativeNanos(event.call_duration));
-      // A hedged call's copies are hedges, not retries (RecordHedgedCall).
-      if (sent > 1 && event.copy == 0) {
-        Add(h->retries_per_call[BucketOf(absl::Seconds(sent - 1),
-                                         kPerCallBuckets)]);
-        Add(h->retries_per_call_sum, static_cast<uint64_t>(sent - 1));
-      }
-      return;
-    }
     case TraceEvent::Kind::kHedge:
       // Counted by RecordHedgedCall, when the call ends.
+      return;
+    case TraceEvent::Kind::kFailFast:
+      // A refusal fails: its reason is never kNone (the engine writes
+      // kFatal for want of one).
+      end.reason = event.reason == GiveUpReason::kNone ? GiveUpReason::kFatal
+                                                       : event.reason;
+      end.fail_fast = true;
+      end.attempts = std::max(event.attempt - 1, 0);
+      end.retried = event.copy == 0;
+      RecordCallEnded(h, end);
       return;
     case TraceEvent::Kind::kAttempt:
       break;
   }
   RecordAttemptEnded(h, event.code, event.attempt_duration);
-  // A hedged call's copy failed and the call goes on: not its end.
-  if (event.decision == TraceDecision::kHedge) return;
-  if (event.decision == TraceDecision::kRetry) {
-    Add(h->retries);
-    const absl::Duration delay = std::max(event.backoff, absl::ZeroDuration());
-    const double ms = absl::ToDoubleMilliseconds(delay);
-    size_t bucket = 0;
-    while (bucket < kRetryDelayBucketsMs.size() &&
-           ms > kRetryDelayBucketsMs[bucket]) {
-      ++bucket;
-    }
-    Add(h->delay_buckets[bucket]);
-    Add(h->delay_sum_us, static_cast<uint64_t>(absl::ToInt64Microseconds(
-                             std::min(delay, absl::Hours(24 * 365)))));
-    return;
+  switch (event.decision) {
+    case TraceDecision::kHedge:
+      // A hedged call's copy failed and the call goes on: not its end.
+      return;
+    case TraceDecision::kRetry:
+      RecordRetry(h, event.backoff);
+      return;
+    case TraceDecision::kGiveUp:
+      end.reason = event.reason;
+      break;
+    case TraceDecision::kDone:
+      break;
   }
-  // The call's terminal event.
-  Add(h->calls);
-  Add(h->calls_by_code[CodeIndex(event.code)]);
-  Add(h->call_duration[BucketOf(event.call_duration, kDurationBucketsSeconds)]);
-  Add(h->call_duration_ns, NonNegativeNanos(event.call_duration));
-  if (event.decision == TraceDecision::kGiveUp) {
-    Add(h->give_ups[ReasonIndex(event.reason)]);
-  }
-  if (event.commit.has_value()) {
-    Add(h->commits[static_cast<size_t>(*event.commit)]);
-  }
-  const int attempts = std::max(event.attempt, 0);
-  Add(h->attempts_buckets[std::min(std::max(attempts, 1), 11) - 1]);
-  Add(h->attempts_sum, static_cast<uint64_t>(attempts));
-  // A hedged call's copies are hedges, not retries (RecordHedgedCall).
-  if (attempts > 1 && event.copy == 0 && event.cancelled.empty()) {
-    Add(h->retries_per_call[BucketOf(absl::Seconds(attempts - 1),
-                                     kPerCallBuckets)]);
-    Add(h->retries_per_call_sum, static_cast<uint64_t>(attempts - 1));
-  }
+  end.commit = event.commit;
+  end.attempts = std::max(event.attempt, 0);
+  end.retried = event.copy == 0 && event.cancelled.empty();
+  RecordCallEnded(h, end);
 }
 
 void Stats::RecordTransition(const TraceEvent& event) {

@@ -4,8 +4,11 @@
 // target and per circuit breaker, cheap enough to record every event of
 // every call.
 //
-// The interceptor hands every TraceEvent to Stats::Record, whatever the trace
-// verbosity, and counts starts with RecordCallStarted/RecordAttemptStarted.
+// The interceptor records by handle where it decides, whatever the trace
+// verbosity: RecordCallStarted/RecordAttemptStarted as calls and attempts
+// start, RecordAttemptEnded, RecordRetry and RecordCallEnded as they end.
+// Record(TraceEvent) counts a trace event the way those calls would have,
+// for a reader that has only the events (tests, replayed traces).
 // Per (method, target) series Stats keeps:
 //
 //   calls started, and calls ended by final status code (one terminal event
@@ -57,6 +60,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +70,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "rpcguard/decision/commit_reason.h"
 #include "rpcguard/decision/give_up_reason.h"
 #include "rpcguard/destination/breaker.h"
 #include "rpcguard/destination/retry_budget.h"
@@ -249,6 +254,28 @@ class Stats {
   // duration. Lock-free.
   static void RecordAttemptEnded(MethodHandle* handle, grpc::StatusCode code,
                                  absl::Duration duration);
+  // Counts a retry decided after an attempt's end, `delay` its backoff
+  // (negative counts as 0). Lock-free.
+  static void RecordRetry(MethodHandle* handle, absl::Duration delay);
+
+  // A call's end, as its method's series counts it.
+  struct CallEnd {
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    // From its first attempt's start (0 if none was sent).
+    absl::Duration duration;
+    // Why it gave up; kNone when it succeeded.
+    GiveUpReason reason = GiveUpReason::kNone;
+    // Refused before an attempt it would have sent (rpcguard_fail_fasts).
+    bool fail_fast = false;
+    // A stream's commit, if it committed.
+    std::optional<CommitReason> commit;
+    // Attempts sent, and whether those after the first were retries (a
+    // hedged call's copies are not: RecordHedgedCall counts them).
+    int attempts = 0;
+    bool retried = false;
+  };
+  // Counts a call that ended. Lock-free.
+  static void RecordCallEnded(MethodHandle* handle, const CallEnd& end);
 
   // Reports `budget`'s state under `key` in every later Snapshot, as long as
   // it lives (held weakly). A key watched again is replaced. Keys of budgets
@@ -256,7 +283,8 @@ class Stats {
   void WatchBudget(absl::string_view key, std::weak_ptr<RetryBudget> budget)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Counts `event` against `handle`, which must come from this Stats' own
+  // Counts `event` against `handle` as the typed calls above would count
+  // the decision it reports; `handle` must come from this Stats' own
   // ForMethod (the event's `method` field is not looked at). Lock-free for
   // kAttempt and kFailFast events; a kBreakerTransition takes the breaker
   // map's lock (transitions are rare).

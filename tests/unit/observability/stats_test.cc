@@ -88,6 +88,46 @@ TEST(StatsTest, CountsCallsAttemptsRetriesAndOutcomes) {
                                         Pair(GiveUpReason::kBreakerOpen, 1)));
 }
 
+// The interceptor counts by typed calls where it decides; Record(event)
+// counts an event as those calls would. The same history both ways gives
+// the same exposition, every series and bucket.
+TEST(StatsTest, TypedCallsCountAsTheirEventsDo) {
+  Stats by_event;
+  RecordHistory(by_event);
+  Stats typed;
+  Stats::MethodHandle* h = typed.ForMethod(kMethod, "");
+  auto attempt_ended = [h] {
+    Stats::RecordAttemptEnded(h, grpc::StatusCode::OK, absl::ZeroDuration());
+  };
+  auto ended = [h](int attempts, GiveUpReason reason, bool fail_fast) {
+    Stats::CallEnd end;
+    end.attempts = attempts;
+    end.reason = reason;
+    end.fail_fast = fail_fast;
+    end.retried = true;
+    Stats::RecordCallEnded(h, end);
+  };
+  // Call 1: two retries, then done on attempt 3.
+  attempt_ended();
+  Stats::RecordRetry(h, absl::Milliseconds(3));
+  attempt_ended();
+  Stats::RecordRetry(h, absl::Milliseconds(30));
+  attempt_ended();
+  ended(3, GiveUpReason::kNone, false);
+  // Call 2: gave up at once; call 3: refused by the breaker, nothing sent.
+  attempt_ended();
+  ended(1, GiveUpReason::kFatal, false);
+  ended(0, GiveUpReason::kBreakerOpen, true);
+  // Call 4: done first time; call 5: a retry the budget then refused.
+  attempt_ended();
+  ended(1, GiveUpReason::kNone, false);
+  attempt_ended();
+  Stats::RecordRetry(h, absl::Microseconds(2500));
+  ended(1, GiveUpReason::kBudgetExhausted, true);
+  EXPECT_EQ(ToPrometheusText(typed.Snapshot()),
+            ToPrometheusText(by_event.Snapshot()));
+}
+
 // A hedged call: copy 2 failed while the call went on (decision hedge),
 // copy 3 was sent (a hedge event) and won. One call, of 3 attempts; the
 // failed copy is an attempt, not a call nor a retry.

@@ -442,6 +442,11 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
     line.deadline_left = controller_.Remaining();
     line.attempt_duration = controller_.Now() - attempt->sent;
     traced = true;
+    // Counted here, by what was decided, traced or not.
+    env_.recorder->AttemptEnded(line.code, line.attempt_duration);
+    if (step.decision == TraceDecision::kRetry) {
+      env_.recorder->Retried(step.trace_backoff);
+    }
     Note("attempt_end", attempt->number);
   }
   // The destination hears of the attempt now that it is known whether the
@@ -718,6 +723,7 @@ void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
     terminal.cancelled.push_back(other->number);
   }
   policy_impl_->Annotate(terminal, decided_by);
+  RecordEnd(terminal, attempts);
   out->attempts = attempts;
   // A success carries no message; its attempts are in the trailer.
   out->status = status.ok()
@@ -765,10 +771,31 @@ void CallEngine::Conclude(const Ending& ending) {
   io_->Conclude(outcome, e, ending.batches);
 }
 
+void CallEngine::RecordEnd(const TraceEvent& terminal, int attempts) const {
+  // An attempt that decided the call ends with it.
+  const bool by_attempt = terminal.kind == TraceEvent::Kind::kAttempt;
+  if (by_attempt) {
+    env_.recorder->AttemptEnded(terminal.code, terminal.attempt_duration);
+  }
+  Stats::CallEnd end;
+  end.code = terminal.code;
+  end.duration = terminal.call_duration;
+  end.reason = terminal.reason;
+  end.fail_fast = !by_attempt;
+  if (by_attempt) end.commit = commit_;
+  end.attempts = attempts;
+  // A hedged call's copies are hedges, not retries (HedgedCall counts
+  // them): the policy marks a copy's line, and a hedged end names the
+  // copies it cancelled.
+  end.retried =
+      terminal.copy == 0 && (!by_attempt || terminal.cancelled.empty());
+  env_.recorder->CallEnded(end);
+}
+
 void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
   event.time = env_.clock->WallNow();
   event.call_id = call_id_;
-  env_.recorder->Emit(
+  env_.recorder->Trace(
       event,
       [&](TraceEvent& e) {
         e.idempotency_key = io_->key();

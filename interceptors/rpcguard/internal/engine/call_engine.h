@@ -371,6 +371,9 @@ class CallEngine {
   // Assigns state_ from the facts just changed by `event` (on `attempt`,
   // 0 for none), and traces the change (RPCGUARD_TRACE=engine).
   void Note(absl::string_view event, int attempt);
+  // Counts the call's end, decided by Finish with `terminal` (the attempt
+  // that decided it, if any, with it), `attempts` sent.
+  void RecordEnd(const TraceEvent& terminal, int attempts) const;
   // Writes a trace line for `event` (time, call id, strings filled here;
   // the message from `status`, if given).
   void Trace(TraceEvent& event, const grpc::Status* status) const;

@@ -20,6 +20,7 @@
 #include "rpcguard/clock.h"
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/internal/engine/retry_gate.h"
+#include "rpcguard/observability/stats.h"
 #include "rpcguard/observability/trace.h"
 #include "rpcguard/random.h"
 
@@ -31,16 +32,22 @@ namespace internal {
 class EngineRecorder {
  public:
   virtual ~EngineRecorder() = default;
-  // Counts `event` and, when the verbosity (the call's own, else the
-  // method's) traces it, calls `fill` for the call's strings and writes it.
-  virtual void Emit(TraceEvent& event,
-                    absl::FunctionRef<void(TraceEvent&)> fill,
-                    std::optional<TraceVerbosity> verbosity) const = 0;
-  // An attempt started; one ended with `code` after `duration` (counted
-  // here only when no trace event counts it, A66).
+  // When the verbosity (the call's own, else the method's) traces `event`,
+  // calls `fill` for the call's strings and writes it. Counts nothing: the
+  // engine counts each decision by the typed calls below, where it makes
+  // it, whether or not the line is written.
+  virtual void Trace(TraceEvent& event,
+                     absl::FunctionRef<void(TraceEvent&)> fill,
+                     std::optional<TraceVerbosity> verbosity) const = 0;
+  // An attempt started; one ended with `code` after `duration` (every
+  // attempt, a cancelled loser's among them: A66).
   virtual void AttemptStarted() const = 0;
   virtual void AttemptEnded(grpc::StatusCode code,
                             absl::Duration duration) const = 0;
+  // An attempt's end was followed by a retry after `delay`.
+  virtual void Retried(absl::Duration delay) const = 0;
+  // The call ended.
+  virtual void CallEnded(const Stats::CallEnd& end) const = 0;
   // A hedged call ended: its copies, whether a later copy won, how many
   // were cancelled, the hedging delay it used.
   virtual void HedgedCall(int copies, bool later_won, int cancelled,

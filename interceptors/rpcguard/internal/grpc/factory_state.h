@@ -193,14 +193,14 @@ class FactoryState {
   // The stats label of the shared entries.
   static constexpr absl::string_view kOtherLabel = "other";
 
-  // Counts `event`, and writes it to the trace when the verbosity asks (the
-  // call's own, `verbosity`, else the factory's); `fill` adds the strings
-  // (method, key, message) only then, so that the common untraced case
-  // copies none.
+  // Writes `event` to the trace when the verbosity asks (the call's own,
+  // `verbosity`, else the factory's); `fill` adds the strings (method, key,
+  // message) only then, so that the common untraced case copies none.
+  // Counts nothing: callers count what they decided, by handle
+  // (Stats::RecordCallEnded and the others), traced or not.
   template <typename Fill>
-  void Emit(const MethodState& method, TraceEvent& event, Fill fill,
-            std::optional<TraceVerbosity> verbosity = std::nullopt) const {
-    stats_->Record(method.stats, event);
+  void Trace(const MethodState& method, TraceEvent& event, Fill fill,
+             std::optional<TraceVerbosity> verbosity = std::nullopt) const {
     if (ShouldTrace(verbosity.value_or(verbosity_), event)) {
       fill(event);
       sink_->Write(event);

@@ -72,10 +72,10 @@ HijackedCall::HijackedCall(std::shared_ptr<const FactoryState> factory,
               deadline, may_repeat, hedging, factory_->random()->Next64(),
               sent_once) {}
 
-void HijackedCall::Emit(TraceEvent& event,
-                        absl::FunctionRef<void(TraceEvent&)> fill,
-                        std::optional<TraceVerbosity> verbosity) const {
-  factory_->Emit(
+void HijackedCall::Trace(TraceEvent& event,
+                         absl::FunctionRef<void(TraceEvent&)> fill,
+                         std::optional<TraceVerbosity> verbosity) const {
+  factory_->Trace(
       method_, event,
       [&](TraceEvent& e) {
         e.method = method_.name;
@@ -92,6 +92,14 @@ void HijackedCall::AttemptStarted() const {
 void HijackedCall::AttemptEnded(grpc::StatusCode code,
                                 absl::Duration duration) const {
   Stats::RecordAttemptEnded(method_.stats, code, duration);
+}
+
+void HijackedCall::Retried(absl::Duration delay) const {
+  Stats::RecordRetry(method_.stats, delay);
+}
+
+void HijackedCall::CallEnded(const Stats::CallEnd& end) const {
+  Stats::RecordCallEnded(method_.stats, end);
 }
 
 void HijackedCall::HedgedCall(int copies, bool later_won, int cancelled,

@@ -241,11 +241,13 @@ class HijackedCall final : public CallIo,
   void OnParentEnded(grpc::StatusCode code) { engine_.OnParentEnded(code); }
 
   // EngineRecorder: the factory's stats and trace sink, for this method.
-  void Emit(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
-            std::optional<TraceVerbosity> verbosity) const override;
+  void Trace(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
+             std::optional<TraceVerbosity> verbosity) const override;
   void AttemptStarted() const override;
   void AttemptEnded(grpc::StatusCode code,
                     absl::Duration duration) const override;
+  void Retried(absl::Duration delay) const override;
+  void CallEnded(const Stats::CallEnd& end) const override;
   void HedgedCall(int copies, bool later_won, int cancelled,
                   absl::Duration delay) const override;
 

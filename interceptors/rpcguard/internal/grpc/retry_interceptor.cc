@@ -424,7 +424,14 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     RecordAttemptEnd(method.gates(), admission_, StatusClass::kOk, ok,
                      /*retrying=*/false);
     admission_.reset();
-    factory_->Emit(
+    // One attempt, and the call, ended OK.
+    Stats::RecordAttemptEnded(method.stats, grpc::StatusCode::OK,
+                              event.attempt_duration);
+    Stats::CallEnd end;
+    end.duration = event.call_duration;
+    end.attempts = 1;
+    Stats::RecordCallEnded(method.stats, end);
+    factory_->Trace(
         method, event,
         [&](TraceEvent& e) {
           e.time = factory_->clock()->WallNow();

@@ -153,9 +153,8 @@ class FakeRecorder final : public EngineRecorder {
   FakeRecorder(Stats* stats, Stats::MethodHandle* handle,
                std::vector<TraceEvent>* lines)
       : stats_(stats), handle_(handle), lines_(lines) {}
-  void Emit(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
-            std::optional<TraceVerbosity> /*verbosity*/) const override {
-    stats_->Record(handle_, event);
+  void Trace(TraceEvent& event, absl::FunctionRef<void(TraceEvent&)> fill,
+             std::optional<TraceVerbosity> /*verbosity*/) const override {
     event.method = kMethod;
     fill(event);
     lines_->push_back(event);
@@ -164,6 +163,12 @@ class FakeRecorder final : public EngineRecorder {
   void AttemptEnded(grpc::StatusCode code,
                     absl::Duration duration) const override {
     Stats::RecordAttemptEnded(handle_, code, duration);
+  }
+  void Retried(absl::Duration delay) const override {
+    Stats::RecordRetry(handle_, delay);
+  }
+  void CallEnded(const Stats::CallEnd& end) const override {
+    Stats::RecordCallEnded(handle_, end);
   }
   void HedgedCall(int copies, bool later_won, int cancelled,
                   absl::Duration delay) const override {
