@@ -479,6 +479,27 @@ TEST_F(CallEngineTest, MaxAttemptsEndsTheCallWithTheLastFailure) {
   EXPECT_EQ(io_.took_result_of, 3);
 }
 
+// Issue 30's first chaos violation ("an attempt 57 ms after a cancel") was
+// a cancel the chaos caller issued before its call existed. The engine's
+// side of it: a call cancelled before its first event sends nothing, ends
+// CANCELLED with a trailer of 0 attempts, and its later events do nothing.
+TEST_F(CallEngineTest, ACancelBeforeTheFirstAttemptSendsNothing) {
+  Make(Retry());
+  NewCall();
+  engine_->Cancel();
+  engine_->Start();
+  EXPECT_TRUE(io_.sent.empty());
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  EXPECT_EQ(io_.terminal.kind, TraceEvent::Kind::kFailFast);
+  EXPECT_EQ(io_.attempts_text, "0");
+  for (size_t timer : io_.Active(TimerKind::kCancel)) Fire(timer);
+  engine_->OnTimer(TimerKind::kNext);
+  EXPECT_TRUE(io_.sent.empty());
+  EXPECT_EQ(io_.concluded, 1);
+}
+
 TEST_F(CallEngineTest, ACancelDuringTheBackoffEndsTheCallAndTheTimerLater) {
   Make(Retry());
   NewCall();
