@@ -571,11 +571,15 @@ TEST_F(BadInputTest, CancelledBeforeTheCallSendsNothing) {
   }
 }
 
-// Issue 30's second chaos violation ("a call whose trailer said 0 attempts
-// while one was seen"), made deterministic: a context cancelled before its
-// stub call (as the chaos caller's early cancels are) still runs the hooks
-// below rpcguard. Whatever rpcguard's trailer says must be what the counter
-// registered after it saw, on both stubs, sent once (Create) or retriable.
+// Issue 30's two chaos violations, on a context cancelled before its stub
+// call (as the chaos caller's early cancels were). The first ("an attempt
+// 57 ms after a cancel") reproduced: gRPC still runs the hooks of such a
+// call, so the counter below rpcguard sees an attempt start after the
+// cancel (Create, sent once, on both stubs; Get on the callback stub, which
+// rides the application's call) though the server sees none; the chaos
+// check now counts from when the call was issued. The second ("a call whose
+// trailer said 0 attempts while one was seen") checked: rpcguard's trailer
+// is what the counter saw, on both stubs, sent once or retriable.
 TEST_F(BadInputTest, APreCancelledCallsTrailerCountsTheAttemptsSeen) {
   for (Api api : {Api::kSync, Api::kCallback}) {
     for (bool create : {false, true}) {
@@ -594,7 +598,10 @@ TEST_F(BadInputTest, APreCancelledCallsTrailerCountsTheAttemptsSeen) {
                                 create ? " Create" : " Get", ", seen ", seen));
       // Sync Get is refused before its first attempt (0 seen); the others
       // pass through or ride, and the counter sees their one attempt.
+      EXPECT_EQ(seen, api == Api::kSync && !create ? 0 : 1);
       EXPECT_EQ(trailer, std::vector<std::string>{absl::StrCat(seen)});
+      absl::SleepFor(absl::Milliseconds(20));
+      EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
     }
   }
 }
