@@ -111,6 +111,11 @@ class RetryController {
   // timers (client and server) read time in cached milliseconds and can end
   // an attempt a little before rpcguard's clock reaches the same deadline.
   AttemptOutcome OutcomeOf(const AttemptEnd& end) const;
+  // The same at `now`, a reading of this controller's clock the caller has
+  // already taken (one read an event, not one per question).
+  AttemptOutcome OutcomeOf(const AttemptEnd& end, absl::Time now) const {
+    return OutcomeAt(end, now);
+  }
 
   // How early gRPC may end an attempt at the call's deadline (see OutcomeOf).
   static constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(20);

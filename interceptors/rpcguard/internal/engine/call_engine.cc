@@ -237,7 +237,9 @@ void CallEngine::SendAttempt(SendKind kind,
   // is seen by the gate, the last look before the send.
   std::shared_ptr<EngineAttempt> attempt = io_->NewAttempt();
   const bool cancelled = TakeCancel();
-  const absl::Duration remaining = deadline_ - Now();
+  // One clock read for the gate and the attempt's start.
+  const absl::Time now = Now();
+  const absl::Duration remaining = deadline_ - now;
   // Which budget pays, and how: the policy's terms.
   const SendTerms terms = policy_impl_->TermsFor(
       first, replaces, first ? RetryCharge::kUpFront : next_charge_,
@@ -267,7 +269,7 @@ void CallEngine::SendAttempt(SendKind kind,
   attempt->charge = start.charge;
   attempt->wait_for_connection = terms.waits;
   attempt->deadline = controller_.StartAttempt();
-  attempt->sent = controller_.Now();
+  attempt->sent = now;
   attempts_seen_.store(controller_.attempts(), std::memory_order_release);
   if (number == 1) first_sent_ = attempt->sent;
   env_.recorder->AttemptStarted();
@@ -376,7 +378,7 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
                           report.pushback.min_delay.has_value();
   facts.end.caller_cancelled = cancelled_;
   facts.cancelled = cancelled_;
-  facts.outcome = controller_.OutcomeOf(facts.end);
+  facts.outcome = controller_.OutcomeOf(facts.end, attempt->ended_at);
   // An attempt rpcguard cancelled because another decided the call says
   // nothing of the server.
   if (attempt->loser) facts.outcome.caller_cancelled = true;
@@ -694,13 +696,14 @@ void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
   terminal.reason = status.ok()                     ? GiveUpReason::kNone
                     : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                     : reason;
-  terminal.deadline_left = controller_.Remaining();
+  // One clock read for the terminal line's three durations.
+  const absl::Time now = controller_.Now();
+  terminal.deadline_left = controller_.deadline() - now;
   if (last != nullptr) {
-    terminal.attempt_duration =
-        std::min(controller_.Now(), last->ended_at) - last->sent;
+    terminal.attempt_duration = std::min(now, last->ended_at) - last->sent;
   }
   if (first_sent_ != absl::InfinitePast()) {
-    terminal.call_duration = controller_.Now() - first_sent_;
+    terminal.call_duration = now - first_sent_;
   }
   terminal.message = status.error_message();
   if (commit_.has_value()) {
