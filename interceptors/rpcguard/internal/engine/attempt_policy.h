@@ -54,7 +54,7 @@ struct EndFacts {
   bool throttle_allows = true;   // SettleAttempt's answer
   bool cancelled = false;        // by the caller
   // A stream committed to this attempt (gRFC A6): its end is the call's,
-  // never retried. The engine's one fact (CallEngine::Commit), read here;
+  // never retried. The engine's one fact (CallEngine::commit()), read here;
   // streams are not hedged.
   bool committed = false;
 };
