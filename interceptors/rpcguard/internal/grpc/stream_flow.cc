@@ -416,8 +416,15 @@ void StreamFlow::Pump(Actions& a, bool read_chain) {
 
 void StreamFlow::Act(Actions& a) {
   // A status batch completes the application's call, which it may then
-  // destroy, with this flow: the running drain keeps it alive.
-  if (!a.proceed_last.empty()) serializer_->KeepAlive(owner_->Hold());
+  // destroy, with this flow; once it has gone, any batch proceeded may be
+  // the application's last (a read still out when the status came: a
+  // callback reactor's OnDone waits for it, then the application frees the
+  // call on its own thread). The running drain keeps the flow alive past
+  // either.
+  if (!a.proceed_last.empty() || (status_served_ && !a.proceed.empty())) {
+    serializer_->KeepAlive(owner_->Hold());
+  }
+  if (!a.proceed_last.empty()) status_served_ = true;
   for (InterceptorBatchMethods* b : a.proceed) b->Proceed();
   for (InterceptorBatchMethods* b : a.proceed_last) b->Proceed();
   StreamAttempt* attempt = a.attempt;

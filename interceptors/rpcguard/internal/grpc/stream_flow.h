@@ -268,6 +268,8 @@ class StreamFlow final : public AttemptTransport {
   std::deque<grpc::ByteBuffer> ahead_;
   size_t ahead_bytes_ = 0;
   bool messages_ended_ = false;
+  // The application's status batch has been proceeded (Act).
+  bool status_served_ = false;
   // A response the application's object could not take: the call's status.
   grpc::Status parse_error_;
   const FinalOutcome* outcome_ = nullptr;

@@ -11,6 +11,7 @@
 
 #include <google/protobuf/wrappers.pb.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -137,7 +138,10 @@ class FakeBatch final : public grpc::experimental::InterceptorBatchMethods {
     }
     return false;
   }
-  void Proceed() override { ++proceeded; }
+  void Proceed() override {
+    ++proceeded;
+    if (on_proceed) on_proceed();
+  }
   void Hijack() override {}
   grpc::ByteBuffer* GetSerializedSendMessage() override { return &send; }
   const void* GetSendMessage() override { return nullptr; }
@@ -168,6 +172,8 @@ class FakeBatch final : public grpc::experimental::InterceptorBatchMethods {
   void FailHijackedSendMessage() override { send_failed = true; }
 
   std::vector<InterceptionHookPoints> hooks;
+  // Runs as the flow proceeds the batch: what the application would do then.
+  std::function<void()> on_proceed;
   grpc::ByteBuffer send;
   std::multimap<std::string, std::string> send_metadata;
   google::protobuf::StringValue message;
@@ -406,6 +412,31 @@ TEST_F(StreamFlowTest, TheEndServesTheStatusAndFailsWhatWasNeverTaken) {
   EXPECT_EQ(late.proceeded, 1);
   EXPECT_TRUE(late.send_failed);
   static_cast<void>(stream);
+}
+
+// Found by ASan in CI (compare --only=streams, callback server stream): a
+// read still out when the status was served completes after it, and a
+// callback reactor's OnDone waits for that read; the application may then
+// free its call, flow and serializer, on its own thread, while the drain
+// that proceeded the read still runs. Every batch proceeded after the
+// status is proceeded with the drain keeping the call alive.
+TEST_F(StreamFlowTest, ABatchProceededAfterTheStatusKeepsTheCallAlive) {
+  Make();
+  SendAttempt();
+  FakeBatch finish = FakeBatch::Finish();
+  Serve(finish);
+  Conclude(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"));
+  ASSERT_EQ(finish.proceeded, 1);
+  // The post-receive half of the read that was still out.
+  FakeBatch read_end;
+  read_end.hooks = {InterceptionHookPoints::POST_RECV_MESSAGE};
+  long held_while_proceeded = 0;
+  read_end.on_proceed = [&] { held_while_proceeded = hold_.use_count(); };
+  Serve(read_end);
+  EXPECT_EQ(read_end.proceeded, 1);
+  // The drain's reference beside the fixture's own, let go of once it ends.
+  EXPECT_GE(held_while_proceeded, 2);
+  EXPECT_EQ(hold_.use_count(), 1);
 }
 
 }  // namespace
