@@ -18,8 +18,10 @@
 //     part is checked exactly (no attempt gets a deadline later than its
 //     call's); lateness beyond 20 ms is excused only where a measured cause
 //     outside rpcguard accounts for it (the test process was not scheduled,
-//     or gRPC core ended the attempt late past the attempt's own deadline),
-//     and excused calls are counted, reported, and capped at 1%;
+//     gRPC core ended the attempt late past the attempt's own deadline, or
+//     gRPC handed rpcguard's conclusion to the application late: rpcguard's
+//     own trace says when it concluded), and excused calls are counted,
+//     reported, and capped at 1%;
 //  2. no attempt starts after the caller cancelled (attempts are seen by an
 //     interceptor registered after rpcguard, which runs once per attempt on
 //     the client, before anything is sent);
@@ -342,7 +344,8 @@ class AttemptLog {
 
 // When each backoff was to end, from rpcguard's own trace (its retry
 // decisions), keyed by the call's idempotency key and the attempt before the
-// backoff.
+// backoff; and when rpcguard concluded each call it gave up on (its terminal
+// line is written just before the status goes back to gRPC).
 class RetryLog {
  public:
   std::shared_ptr<TraceSink> Sink() {
@@ -352,6 +355,16 @@ class RetryLog {
         transitions_.push_back({e.time, e.to_state, e.message});
         return;
       }
+      // The terminal line (trace.h); a call without a key cannot be told
+      // from another.
+      if (e.kind != TraceEvent::Kind::kHedge &&
+          (e.decision == TraceDecision::kGiveUp ||
+           e.decision == TraceDecision::kDone) &&
+          !e.idempotency_key.empty()) {
+        absl::MutexLock lock(&mu_);
+        concluded_[e.idempotency_key] = e.time;
+        return;
+      }
       if (e.kind != TraceEvent::Kind::kAttempt ||
           e.decision != TraceDecision::kRetry) {
         return;
@@ -359,6 +372,15 @@ class RetryLog {
       absl::MutexLock lock(&mu_);
       backoff_end_[{e.idempotency_key, e.attempt}] = e.time + e.backoff;
     });
+  }
+
+  // When rpcguard wrote the terminal line of the call keyed `key`;
+  // absl::InfiniteFuture() when it wrote none (at kRetries, a call that
+  // succeeded at once has none).
+  absl::Time Concluded(const std::string& key) const {
+    absl::MutexLock lock(&mu_);
+    auto it = concluded_.find(key);
+    return it == concluded_.end() ? absl::InfiniteFuture() : it->second;
   }
 
   struct Transition {
@@ -384,6 +406,7 @@ class RetryLog {
   std::vector<Transition> transitions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<std::string, int>, absl::Time> backoff_end_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Time> concluded_ ABSL_GUARDED_BY(mu_);
 };
 
 // Moments the test process was not scheduled, measured by a thread that
@@ -1209,6 +1232,7 @@ int64_t Chaos::CheckAndReport() {
   absl::Duration max_excused_late = absl::ZeroDuration();
   int64_t late_excused = 0;
   int64_t late_excused_grpc = 0;
+  int64_t late_excused_delivery = 0;
   int64_t charges_ok = 0;
   int64_t charges_spanning = 0;
   int64_t charges_ambiguous = 0;  // applied, but the client saw a failure
@@ -1258,8 +1282,9 @@ int64_t Chaos::CheckAndReport() {
     }
     // End to end: 20 ms after the deadline at most, unless what delayed the
     // call is outside rpcguard and measured: the test process was not
-    // scheduled, or gRPC core ended the last attempt that long after the
-    // attempt's own deadline (its deadline timer fired late).
+    // scheduled, gRPC core ended the last attempt that long after the
+    // attempt's own deadline (its deadline timer fired late), or gRPC took
+    // that long to hand rpcguard's conclusion to the application.
     const absl::Duration lateness = r.end - r.deadline;
     max_late = std::max(max_late, lateness);
     if (lateness > kLateBound) {
@@ -1270,9 +1295,22 @@ int64_t Chaos::CheckAndReport() {
         grpc_late = std::max(absl::ZeroDuration(),
                              attempts.back().end - attempts.back().deadline);
       }
-      if (lateness - kLateBound <= std::max(stalled, grpc_late)) {
+      const absl::Time concluded =
+          attempts.empty() || attempts.front().key.empty()
+              ? absl::InfiniteFuture()
+              : retries_.Concluded(attempts.front().key);
+      const absl::Duration delivery =
+          concluded == absl::InfiniteFuture()
+              ? absl::ZeroDuration()
+              : std::max(absl::ZeroDuration(), r.end - concluded);
+      const absl::Duration excuse = std::max({stalled, grpc_late, delivery});
+      if (lateness - kLateBound <= excuse) {
         ++late_excused;
-        if (grpc_late >= stalled) ++late_excused_grpc;
+        if (excuse == delivery && delivery > std::max(stalled, grpc_late)) {
+          ++late_excused_delivery;
+        } else if (grpc_late >= stalled) {
+          ++late_excused_grpc;
+        }
         max_excused_late = std::max(max_excused_late, lateness);
       } else {
         // Where the time went: each attempt relative to the deadline.
@@ -1292,7 +1330,10 @@ int64_t Chaos::CheckAndReport() {
             phases_[r.phase].name, ") ended ", absl::FormatDuration(lateness),
             " after its deadline (process stalled ",
             absl::FormatDuration(stalled), " around it): ", r.code, " ",
-            r.message, "; started ", rel(r.start), timeline));
+            r.message, "; started ", rel(r.start), timeline,
+            concluded == absl::InfiniteFuture()
+                ? std::string("; rpcguard traced no conclusion")
+                : absl::StrCat("; rpcguard concluded ", rel(concluded))));
       }
     } else {
       max_late_unexcused = std::max(max_late_unexcused, lateness);
@@ -1583,13 +1624,14 @@ int64_t Chaos::CheckAndReport() {
       absl::FormatDuration(
           absl::Trunc(max_late_unexcused, absl::Microseconds(100))),
       late_excused > 0
-          ? absl::StrCat("; ", late_excused, " later, excused (",
-                         late_excused_grpc, " gRPC timer, ",
-                         late_excused - late_excused_grpc,
-                         " process stall; max +",
-                         absl::FormatDuration(absl::Trunc(
-                             max_excused_late, absl::Milliseconds(1))),
-                         ")")
+          ? absl::StrCat(
+                "; ", late_excused, " later, excused (", late_excused_grpc,
+                " gRPC timer, ", late_excused_delivery, " gRPC delivery, ",
+                late_excused - late_excused_grpc - late_excused_delivery,
+                " process stall; max +",
+                absl::FormatDuration(
+                    absl::Trunc(max_excused_late, absl::Milliseconds(1))),
+                ")")
           : "");
   cancel.detail = absl::StrCat(cancelled_calls, " cancelled calls");
   create.detail =
