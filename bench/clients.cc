@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "bench/stream_floor.h"
 #include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
@@ -166,7 +167,8 @@ class HijackFloorCall {
 // channel below, with nothing added (no retries, no metadata, no policy).
 // What it costs beyond pass-through is the mechanism itself: a second call
 // and ClientContext per call, the hijacked batches, a thread hop on the
-// attempt's completion.
+// attempt's completion. Streams go to StreamFloorCall (stream_floor.h), the
+// same for a stream.
 class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit HijackFloorInterceptor(ClientRpcInfo* info) : info_(info) {}
@@ -181,8 +183,8 @@ class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
       return;
     }
     if (info_->type() != ClientRpcInfo::Type::UNARY) {
-      batch->Proceed();
-      return;
+      ServeStream(batch);
+      return;  // `this` may be gone.
     }
     if (!hijacked_ &&
         batch->QueryInterceptionHookPoint(
@@ -219,11 +221,32 @@ class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
     batch->Hijack();
   }
 
+  void ServeStream(InterceptorBatchMethods* batch) {
+    // Only the first batch's: gRPC's CQ-async writers reuse one batch for
+    // the initial metadata and every write, and a hijacked call never
+    // clears its metadata op, so later writes show the hook again.
+    if (stream_ == nullptr &&
+        batch->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      stream_ = StreamFloorCall::Start(info_, batch);
+      // Re-enters Intercept() with this batch's receive hooks.
+      batch->Hijack();
+      return;
+    }
+    if (stream_ == nullptr) {
+      batch->Proceed();
+      return;
+    }
+    stream_->Serve(batch);
+  }
+
   ClientRpcInfo* const info_;
   // Written by the first batch before Hijack(); read only by the batch that
   // Hijack() re-enters with, before it is parked.
   bool hijacked_ = false;
   HijackFloorCall* call_ = nullptr;
+  // A streaming call's; set by its first batch, before Hijack().
+  std::shared_ptr<StreamFloorCall> stream_;
 };
 
 class HijackFloorFactory final : public ClientInterceptorFactoryInterface {
@@ -472,6 +495,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeStreamChannel(
       return grpc::CreateCustomChannel(
           target, grpc::InsecureChannelCredentials(), args);
     }
+    case ClientKind::kHijackFloor:
+      return MakeClientChannel(kind, target, retry, std::move(state));
     case ClientKind::kRpcguard:
       return RpcguardChannelFromJson(
           target, StreamServiceConfigJson(retry, true), std::move(state));
@@ -481,7 +506,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeStreamChannel(
   return absl::InvalidArgumentError(
       absl::StrCat(ClientName(kind),
                    ": not a client of the stream benchmarks "
-                   "(plain, grpc-retry, rpcguard)"));
+                   "(plain, hijack-floor, grpc-retry, rpcguard)"));
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(

@@ -45,22 +45,24 @@ grep -q '"tail": "tail", "client": "rpcguard-hedged-adaptive"' \
 grep -q '^tail: rpcguard-hedged .* attempts/call (target <= 1.10: ' \
   "$out/tail.md" || fail "no tail target"
 
-# Issue 23's streams: every stream scenario, its three clients, a few
-# 1,000-message calls each.
+# Issue 23's streams: every stream scenario, its four clients (the hijack
+# floor among them, issue 31), a few 1,000-message calls each.
 "$compare" --only=streams --calls=3 --rounds=1 --warmup=2 \
   --json="$out/streams.json" >"$out/streams.md" 2>"$out/streams.err" ||
   fail "--only=streams exited $? ($(cat "$out/streams.err"))"
 rows=$(grep -c '^| .* stream, .* | [0-9]* | ' "$out/streams.md" || true)
-[ "$rows" = 18 ] || fail "expected 18 stream rows, got $rows"
+[ "$rows" = 24 ] || fail "expected 24 stream rows, got $rows"
 grep -q '"stream": "streams/fail30/client/sync", "client": "rpcguard"' \
   "$out/streams.json" || fail "no rpcguard fail30 client-stream cell"
 grep -q '^streams/none/server/sync: rpcguard / plain = ' "$out/streams.md" ||
   fail "no stream CPU target"
+grep -q 'rpcguard / hijack-floor = ' "$out/streams.md" ||
+  fail "no stream floor ratio"
 grep -q '^streams/fail30/server/sync: rpcguard success ' "$out/streams.md" ||
   fail "no stream success target"
-# No stream through rpcguard or a plain channel ends OK without every
-# message. (gRPC's retry can: bench/RESULTS.md, issue 23.)
-if grep -E '"client": "(rpcguard|plain)"' "$out/streams.json" |
+# No stream through rpcguard, the floor or a plain channel ends OK without
+# every message. (gRPC's retry can: bench/RESULTS.md, issue 23.)
+if grep -E '"client": "(rpcguard|hijack-floor|plain)"' "$out/streams.json" |
   grep -q '"wrong": [1-9]'; then
   fail "a stream ended OK with the wrong messages"
 fi

@@ -64,10 +64,12 @@ constexpr StreamScenario kStreamScenarios[] = {
      Shape::kClient, StubKind::kSync, 30},
 };
 
-// The clients that can make these calls: the comparison's interceptors
-// other than rpcguard handle unary calls only.
+// The clients that make these calls: hijack-floor hijacks a stream and
+// forwards every operation to one attempt (bench/stream_floor.h), the floor
+// for any design built on hijacking.
 constexpr ClientKind kStreamClients[] = {
-    ClientKind::kPlain, ClientKind::kGrpcRetry, ClientKind::kRpcguard};
+    ClientKind::kPlain, ClientKind::kHijackFloor, ClientKind::kGrpcRetry,
+    ClientKind::kRpcguard};
 
 // Messages per stream: 1,000 small requests (about 7 KB on the wire) stay
 // well inside both replay buffers (256 KiB), so a client stream that fails
@@ -300,7 +302,9 @@ class StreamsFamily : public Family {
         "round(s), %lld calls per round without faults, %lld with. fail30: "
         "the server fails 30%% of attempts with UNAVAILABLE before any "
         "response, drawn per attempt from a generator seeded %llu + round "
-        "(the same for every client). grpc-retry and rpcguard: retryPolicy "
+        "(the same for every client). hijack-floor: each stream hijacked and "
+        "forwarded to one attempt, nothing kept (bench/stream_floor.h). "
+        "grpc-retry and rpcguard: retryPolicy "
         "maxAttempts %d, backoff %lld..%lld ms x%.0f, UNAVAILABLE retried; "
         "rpcguard's methods IDEMPOTENT, its retry budget off. CPU: the "
         "client process's (getrusage), median of rounds, per message; vs "
@@ -385,6 +389,14 @@ class StreamsFamily : public Family {
           absl::StrAppendFormat(&out, "; grpc-retry / plain = %.2fx",
                                 VsPlain(*g));
         }
+        if (Find(sc, ClientKind::kHijackFloor) != nullptr) {
+          const double floor = Vs(c, ClientKind::kHijackFloor);
+          absl::StrAppendFormat(
+              &out,
+              "; rpcguard / hijack-floor = %.2fx (issue 31's target <= "
+              "1.10x: %s)",
+              floor, floor <= 1.10 ? "met" : "NOT met");
+        }
         out.append("\n");
       } else {
         const Cell* g = Find(sc, ClientKind::kGrpcRetry);
@@ -428,11 +440,14 @@ class StreamsFamily : public Family {
 
   // The median over rounds of this cell's CPU over plain's in the same
   // round: robust to the machine's load drifting between rounds.
-  double VsPlain(const Cell& c) const {
-    const Cell* plain = Find(*c.scenario, ClientKind::kPlain);
-    if (plain == nullptr) return 0;
+  double VsPlain(const Cell& c) const { return Vs(c, ClientKind::kPlain); }
+
+  // The same, over `base`'s cell of the scenario; 0 without one.
+  double Vs(const Cell& c, ClientKind base) const {
+    const Cell* b_cell = Find(*c.scenario, base);
+    if (b_cell == nullptr) return 0;
     const std::vector<double> a = c.m.cpu_us_rounds();
-    const std::vector<double> b = plain->m.cpu_us_rounds();
+    const std::vector<double> b = b_cell->m.cpu_us_rounds();
     std::vector<double> ratios;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
       if (b[i] > 0) ratios.push_back(a[i] / b[i]);
