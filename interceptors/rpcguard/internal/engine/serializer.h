@@ -13,6 +13,15 @@
 // idle costs two atomic operations, no lock and no allocation; only a
 // queued event makes the queue (once a call), takes its lock and is moved
 // into a heap-held closure.
+//
+// An event may also Defer a call into gRPC that needs no exclusivity (a
+// stream's write, which can reach the socket): the thread runs it once it
+// has let the serializer go, so that events of other threads need not
+// queue behind it. Made inside the event, such a call held every other
+// event of the call back, and the thread that found the serializer busy
+// handed its work to the one running it (a stream's application then
+// wrote from gRPC's thread, one message per flush; bench/RESULTS.md,
+// "The stream floor").
 
 #ifndef RPCGUARD_INTERNAL_ENGINE_SERIALIZER_H_
 #define RPCGUARD_INTERNAL_ENGINE_SERIALIZER_H_
@@ -25,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "rpcguard/base/mutex.h"
 
@@ -51,11 +61,25 @@ class Serializer {
       return;
     }
     std::shared_ptr<void> keep;
+    Deferred deferred;
     keep_ = &keep;
+    deferred_ = &deferred;
     work();
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) DrainQueued();
     // `keep` may hold the last reference to this serializer's owner: nothing
-    // of `this` is touched past the drain.
+    // of `this` is touched past the drain. Deferred calls run without the
+    // serializer, beside other threads' events.
+    for (auto& call : deferred) call();
+  }
+
+  // From inside an event: `call` runs on the thread running the event once
+  // it has drained the queue and let the serializer go, after the calls
+  // deferred before it, with `keep` (KeepAlive) still held. For a call into
+  // gRPC whose order against other events the event has already settled
+  // (a stream operation under a hold of its own): it may then run beside
+  // the next events, on another thread, and must touch no state of theirs.
+  void Defer(absl::AnyInvocable<void()> call) {
+    deferred_->push_back(std::move(call));
   }
 
   // From inside an event: `owner` stays alive until the running thread has
@@ -79,6 +103,9 @@ class Serializer {
   bool running() const { return pending_.load(std::memory_order_acquire) != 0; }
 
  private:
+  // The calls a drain defers: a stream's event defers one at most.
+  using Deferred = absl::InlinedVector<absl::AnyInvocable<void()>, 2>;
+
   // Where events wait; made by the first event that has to (none on the
   // no-failure path), kept until the serializer goes.
   struct Queue {
@@ -129,6 +156,8 @@ class Serializer {
   std::atomic<Queue*> queue_{nullptr};
   // The running thread's keep-alive (Run's local), set before each drain.
   std::shared_ptr<void>* keep_ = nullptr;
+  // The running thread's deferred calls (Run's local), set likewise.
+  Deferred* deferred_ = nullptr;
 };
 
 }  // namespace internal

@@ -429,17 +429,35 @@ void StreamFlow::Act(Actions& a) {
   for (InterceptorBatchMethods* b : a.proceed_last) b->Proceed();
   StreamAttempt* attempt = a.attempt;
   if (attempt == nullptr) return;
+  uint32_t ops = static_cast<uint32_t>(a.holds) << StreamAttempt::kHoldShift;
   if (a.write != nullptr) {
+    attempt->write_buffer_ = *a.write;
+    ops |= StreamAttempt::kWrite;
+    if (a.write_more) ops |= StreamAttempt::kWriteMore;
+  }
+  if (a.writes_done) ops |= StreamAttempt::kWritesDone;
+  if (a.read) ops |= StreamAttempt::kRead;
+  if (a.release_hold) ops |= StreamAttempt::kReleaseHold;
+  if (ops == 0) return;
+  // Started once the serializer is free: a write can reach the socket, and
+  // the application's next request, or the server's next message, need not
+  // wait for it. Each operation's hold, taken by this event, keeps the
+  // stream (and so the attempt and the call) alive under it.
+  serializer_->Defer([attempt, ops] { attempt->Operate(ops); });
+}
+
+void StreamAttempt::Operate(uint32_t ops) {
+  if (ops & kWrite) {
     grpc::WriteOptions options;
     // More are queued: the transport may hold this one for them and send
     // them together (the last of a run goes without the hint, and flushes).
-    if (a.write_more) options.set_buffer_hint();
-    attempt->StartWrite(a.write, options);
+    if (ops & kWriteMore) options.set_buffer_hint();
+    StartWrite(&write_buffer_, options);
   }
-  if (a.writes_done) attempt->StartWritesDone();
-  if (a.read) attempt->StartRead(&attempt->read_buffer_);
-  for (int i = 0; i < a.holds; ++i) attempt->RemoveHold();
-  if (a.release_hold) attempt->RemoveHold();
+  if (ops & kWritesDone) StartWritesDone();
+  if (ops & kRead) StartRead(&read_buffer_);
+  for (uint32_t i = ops >> kHoldShift; i > 0; --i) RemoveHold();
+  if (ops & kReleaseHold) RemoveHold();
 }
 
 void StreamFlow::Conclude(const FinalOutcome& outcome) {

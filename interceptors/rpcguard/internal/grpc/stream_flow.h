@@ -36,10 +36,15 @@
 // the call's serializer (the engine's: serializer.h), one at a time with
 // the engine's own, so the flow's state needs no lock. What the engine asks
 // (Send, Cancel, Conclude) comes from its events and runs in them. An
-// operation on an attempt's stream, or an application batch proceeded,
-// may run a reaction inline: it queues behind the running event. An
-// operation runs under a hold of its own on the attempt's stream, so the
-// stream cannot finish under it.
+// application batch proceeded may run a reaction inline: it queues behind
+// the running event. The operations an event decides on an attempt's
+// stream (write, half-close, read, holds let go) are started once the
+// serializer is free (Serializer::Defer), each under a hold of its own
+// taken by the event, so the stream cannot finish under it: a write can
+// reach the socket, and made inside the event it held back the
+// application's next request, whose batch was then served from gRPC's
+// thread and the stream flushed once a message (bench/RESULTS.md, "The
+// stream floor").
 
 #ifndef RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
 #define RPCGUARD_INTERNAL_GRPC_STREAM_FLOW_H_
@@ -92,8 +97,26 @@ class StreamAttempt final
  private:
   friend class StreamFlow;
 
+  // The operations an event decided (StreamFlow::Act), as bits.
+  enum Op : uint32_t {
+    kWrite = 1,
+    kWriteMore = 2,  // more requests queued behind the write
+    kWritesDone = 4,
+    kRead = 8,
+    kReleaseHold = 16,
+    kHoldShift = 8,  // above: the holds its operations took
+  };
+  // Starts `ops` on the stream, outside the serializer (Serializer::Defer),
+  // then lets go of the holds the event took for them.
+  void Operate(uint32_t ops);
+
   StreamFlow* const flow_;
   grpc::ByteBuffer read_buffer_;
+  // The request being written: a reference of its own to the slices,
+  // which the replay buffer may let go of (the call concluding) while the
+  // write is started. Set by the event that decides a write, never while
+  // one is in flight.
+  grpc::ByteBuffer write_buffer_;
   bool bound_ = false;     // its stream exists (StartCall may come)
   bool reading_ = false;   // a read in flight
   bool read_end_ = false;  // the server's messages ended
@@ -188,8 +211,8 @@ class StreamFlow final : public AttemptTransport {
     // The status batches, proceeded last: they complete the call.
     absl::InlinedVector<grpc::experimental::InterceptorBatchMethods*, 2>
         proceed_last;
-    StreamAttempt* attempt = nullptr;  // for the operations below
-    const grpc::ByteBuffer* write = nullptr;
+    StreamAttempt* attempt = nullptr;         // for the operations below
+    const grpc::ByteBuffer* write = nullptr;  // copied by Act
     bool write_more = false;  // more requests queued behind `write`
     bool writes_done = false;
     bool read = false;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace rpcguard {
@@ -126,6 +127,83 @@ TEST(SerializerTest, AKeptOwnerOutlivesTheDrainAndNothingHandedOverLeaks) {
   });
   EXPECT_TRUE(later_ran);
   EXPECT_TRUE(destroyed);  // by the drain's end, on this thread
+}
+
+// Defer: a call an event hands over runs on the same thread once the queue
+// is drained and the serializer let go, in the order deferred.
+TEST(SerializerTest, ADeferredCallRunsAfterTheDrainWithTheSerializerFree) {
+  Serializer s;
+  std::vector<int> order;
+  std::thread::id ran_on;
+  bool running_when_deferred_ran = true;
+  bool inner_ran_at_once = false;
+  s.Run([&] {
+    order.push_back(1);
+    s.Defer([&] {
+      order.push_back(4);
+      ran_on = std::this_thread::get_id();
+      running_when_deferred_ran = s.running();
+      // Free: an event from here runs now, on this thread.
+      s.Run([&] { inner_ran_at_once = true; });
+      order.push_back(5);
+    });
+    s.Defer([&] { order.push_back(6); });
+    s.Run([&] { order.push_back(3); });  // queued: runs before the calls
+    order.push_back(2);
+  });
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_FALSE(running_when_deferred_ran);
+  EXPECT_TRUE(inner_ran_at_once);
+  EXPECT_FALSE(s.running());
+}
+
+// The point of Defer: while one thread makes a deferred call (a stream's
+// write reaching the socket), another thread's event runs on its own
+// thread at once instead of queuing behind it. Were the call still made
+// under the serializer, the second event would wait for the first thread,
+// which waits for it: the timeout below would expire.
+TEST(SerializerTest, AnotherThreadsEventRunsBesideADeferredCall) {
+  Serializer s;
+  absl::Notification deferred_started, other_ran;
+  bool other_ran_in_time = false;
+  std::thread::id other_ran_on;
+  std::thread runner([&] {
+    s.Run([&] {
+      s.Defer([&] {
+        deferred_started.Notify();
+        other_ran_in_time =
+            other_ran.WaitForNotificationWithTimeout(absl::Seconds(10));
+      });
+    });
+  });
+  deferred_started.WaitForNotification();
+  s.Run([&] { other_ran_on = std::this_thread::get_id(); });
+  other_ran.Notify();
+  runner.join();
+  EXPECT_EQ(other_ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(other_ran_in_time);
+}
+
+// A kept owner (KeepAlive) is held until the deferred calls have run: they
+// may touch what it owns.
+TEST(SerializerTest, AKeptOwnerOutlivesTheDeferredCalls) {
+  bool destroyed = false;
+  bool alive_in_deferred = false;
+  struct Owner {
+    explicit Owner(bool* d) : destroyed(d) {}
+    ~Owner() { *destroyed = true; }
+    Serializer serializer;
+    bool* destroyed;
+  };
+  auto owner = std::make_shared<Owner>(&destroyed);
+  Owner* raw = owner.get();
+  raw->serializer.Run([&] {
+    raw->serializer.KeepAlive(std::move(owner));
+    raw->serializer.Defer([&] { alive_in_deferred = !destroyed; });
+  });
+  EXPECT_TRUE(alive_in_deferred);
+  EXPECT_TRUE(destroyed);
 }
 
 }  // namespace

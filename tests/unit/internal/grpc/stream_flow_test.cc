@@ -64,23 +64,32 @@ grpc::ByteBuffer Response(const std::string& value) {
 }
 
 // One attempt's stream: records what the flow asks, and lets the test
-// complete it as gRPC would.
+// complete it as gRPC would. Its operations are started once the call's
+// serializer is free (Serializer::Defer), never inside an event.
 class FakeStream final
     : public grpc::ClientCallbackReaderWriter<grpc::ByteBuffer,
                                               grpc::ByteBuffer> {
  public:
-  explicit FakeStream(StreamAttempt* reactor) : reactor_(reactor) {
+  FakeStream(StreamAttempt* reactor, const Serializer* serializer)
+      : reactor_(reactor), serializer_(serializer) {
     BindReactor(reactor);
   }
 
   void StartCall() override { started = true; }
   void Write(const grpc::ByteBuffer* request, grpc::WriteOptions) override {
+    EXPECT_FALSE(serializer_->running()) << "a write inside an event";
     EXPECT_FALSE(write_in_flight) << "one write at a time";
     write_in_flight = true;
     writes.push_back(Text(*request));
   }
-  void WritesDone() override { writes_done = true; }
-  void Read(grpc::ByteBuffer* response) override { read_into = response; }
+  void WritesDone() override {
+    EXPECT_FALSE(serializer_->running()) << "a half-close inside an event";
+    writes_done = true;
+  }
+  void Read(grpc::ByteBuffer* response) override {
+    EXPECT_FALSE(serializer_->running()) << "a read inside an event";
+    read_into = response;
+  }
   void AddHold(int holds) override { this->holds += holds; }
   void RemoveHold() override { --holds; }
 
@@ -110,6 +119,7 @@ class FakeStream final
 
  private:
   StreamAttempt* const reactor_;
+  const Serializer* const serializer_;
 };
 
 // An application batch: the hooks it has, and what the flow did with it.
@@ -193,13 +203,14 @@ class StreamFlowTest : public ::testing::Test, public TransportOwner {
         this, &serializer_, "/rpcguard.test.Streams/Bidi",
         grpc::internal::RpcMethod::BIDI_STREAMING, buffer_limit,
         channel_bytes_.get());
-    flow_->SetStreamStarterForTest(
-        [this](grpc::ChannelInterface*, const grpc::internal::RpcMethod&,
-               grpc::ClientContext* context, StreamAttempt* attempt) {
-          // The fake's headers, when they come, are none.
-          context->*HeadersReceived() = true;
-          streams_.push_back(std::make_unique<FakeStream>(attempt));
-        });
+    flow_->SetStreamStarterForTest([this](grpc::ChannelInterface*,
+                                          const grpc::internal::RpcMethod&,
+                                          grpc::ClientContext* context,
+                                          StreamAttempt* attempt) {
+      // The fake's headers, when they come, are none.
+      context->*HeadersReceived() = true;
+      streams_.push_back(std::make_unique<FakeStream>(attempt, &serializer_));
+    });
     FakeBatch first;  // the call's first batch: no message yet
     flow_->TakeFirstBatch(&first);
   }
