@@ -75,6 +75,15 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
                 Has(batch, InterceptionHookPoints::PRE_RECV_INITIAL_METADATA),
                 Has(batch, InterceptionHookPoints::PRE_RECV_MESSAGE),
                 Has(batch, InterceptionHookPoints::PRE_RECV_STATUS)};
+  if (request == nullptr && !close && !r.metadata && !r.message && !r.status) {
+    // A send batch's hijacked half, or a receive batch's first pass: the
+    // flow has nothing to do with it, and no event is needed. It comes
+    // back synchronously from the Proceed of its other half (from inside
+    // an event, where an event would only queue), so it goes on at once;
+    // nothing of the flow is touched after.
+    batch->Proceed();
+    return;
+  }
   serializer_->Run([this, batch, request, close, r]() mutable {
     Actions a;
     if (request != nullptr || close) {
@@ -82,14 +91,13 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
       // Taken at once when the attempt's window has room: proceeded here,
       // on the application's thread (unless another event runs).
       CompleteSends(a, /*resume=*/false);
-    } else if (r.metadata || r.message || r.status) {
-      if (FillRecv(r)) {
-        (r.status ? a.proceed_last : a.proceed).push_back(batch);
-      } else {
-        recvs_.push_back(r);
-      }
     } else {
-      a.proceed.push_back(batch);  // a send-only batch's hijacked half
+      const bool status = r.status;  // FillRecv clears what it fills
+      if (!FillRecv(r)) {
+        recvs_.push_back(r);
+      } else {
+        (status ? a.proceed_last : a.proceed).push_back(batch);
+      }
     }
     Pump(a);
     Act(a);
