@@ -172,12 +172,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRpcguardChannel(
     std::shared_ptr<RpcguardState> state = nullptr,
     ClientKind kind = ClientKind::kRpcguard);
 
-// The stream benchmarks' methods (streams.proto): server- and
-// client-streaming, retried until they commit.
+// The stream benchmarks' methods (streams.proto): server-, client- and
+// bidi-streaming, retried until they commit.
 inline constexpr char kStreamService[] = "rpcguard.testing.v1.Streams";
 
 // The service config of the stream benchmarks: `retry` as the retryPolicy of
-// Streams.ServerStream and Streams.ClientStream (gRPC retries a stream until
+// Streams.ServerStream, ClientStream and Bidi (gRPC retries a stream until
 // it commits, as rpcguard does), retryThrottling when retry.budget. With
 // `for_rpcguard`, the methods are also declared IDEMPOTENT to rpcguard (it
 // retries a stream only when told it is safe to repeat) and, unless

@@ -45,13 +45,14 @@ grep -q '"tail": "tail", "client": "rpcguard-hedged-adaptive"' \
 grep -q '^tail: rpcguard-hedged .* attempts/call (target <= 1.10: ' \
   "$out/tail.md" || fail "no tail target"
 
-# Issue 23's streams: every stream scenario, its four clients (the hijack
-# floor among them, issue 31), a few 1,000-message calls each.
+# Issue 23's streams: every stream scenario (bidi and CQ-async among them),
+# its four clients (the hijack floor among them, issue 31), a few
+# 1,000-message calls each.
 "$compare" --only=streams --calls=3 --rounds=1 --warmup=2 \
   --json="$out/streams.json" >"$out/streams.md" 2>"$out/streams.err" ||
   fail "--only=streams exited $? ($(cat "$out/streams.err"))"
 rows=$(grep -c '^| .* stream, .* | [0-9]* | ' "$out/streams.md" || true)
-[ "$rows" = 24 ] || fail "expected 24 stream rows, got $rows"
+[ "$rows" = 40 ] || fail "expected 40 stream rows, got $rows"
 grep -q '"stream": "streams/fail30/client/sync", "client": "rpcguard"' \
   "$out/streams.json" || fail "no rpcguard fail30 client-stream cell"
 grep -q '^streams/none/server/sync: rpcguard / plain = ' "$out/streams.md" ||

@@ -7,7 +7,9 @@
 // methods: gRPC C-core retries a stream until it commits) and rpcguard (the
 // same policy, the methods declared IDEMPOTENT).
 //
-//   streams/none/SHAPE/STUB    nothing fails: client CPU per message,
+//   streams/none/SHAPE/STUB    nothing fails: client CPU per message
+//                              (server, client and bidi shapes; sync,
+//                              callback and CQ-async stubs),
 //                              rounds interleaved, ratios to plain from the
 //                              same run;
 //   streams/fail30/SHAPE/sync  the server fails 30% of attempts with
@@ -39,29 +41,52 @@ using ::rpcguard::testing::v1::StreamReply;
 using ::rpcguard::testing::v1::StreamRequest;
 using ::rpcguard::testing::v1::Streams;
 
-enum class Shape { kServer, kClient };
+// Bidi: kMessages requests, then as many echoes (Streams.Bidi).
+enum class Shape { kServer, kClient, kBidi };
+// The stub API: blocking, reactors, or a completion queue (CQ-async).
+enum class Api { kSync, kCallback, kCq };
+
+const char* ApiName(Api api) {
+  switch (api) {
+    case Api::kSync:
+      return "sync";
+    case Api::kCallback:
+      return "callback";
+    case Api::kCq:
+      return "cq";
+  }
+  return "?";
+}
 
 struct StreamScenario {
   const char* key;
   const char* title;
   Shape shape;
-  StubKind stub;
+  Api stub;
   int fail_percent;
 };
 
 constexpr StreamScenario kStreamScenarios[] = {
     {"streams/none/server/sync", "server stream, no faults", Shape::kServer,
-     StubKind::kSync, 0},
+     Api::kSync, 0},
     {"streams/none/client/sync", "client stream, no faults", Shape::kClient,
-     StubKind::kSync, 0},
+     Api::kSync, 0},
     {"streams/none/server/callback", "server stream, no faults", Shape::kServer,
-     StubKind::kCallback, 0},
+     Api::kCallback, 0},
     {"streams/none/client/callback", "client stream, no faults", Shape::kClient,
-     StubKind::kCallback, 0},
+     Api::kCallback, 0},
+    {"streams/none/bidi/sync", "bidi stream, no faults", Shape::kBidi,
+     Api::kSync, 0},
+    {"streams/none/bidi/callback", "bidi stream, no faults", Shape::kBidi,
+     Api::kCallback, 0},
+    {"streams/none/server/cq", "server stream, no faults", Shape::kServer,
+     Api::kCq, 0},
+    {"streams/none/client/cq", "client stream, no faults", Shape::kClient,
+     Api::kCq, 0},
     {"streams/fail30/server/sync", "server stream, 30% fail first",
-     Shape::kServer, StubKind::kSync, 30},
+     Shape::kServer, Api::kSync, 30},
     {"streams/fail30/client/sync", "client stream, 30% fail first",
-     Shape::kClient, StubKind::kSync, 30},
+     Shape::kClient, Api::kSync, 30},
 };
 
 // The clients that make these calls: hijack-floor hijacks a stream and
@@ -113,6 +138,22 @@ Outcome SyncCall(Streams::Stub& stub, Shape shape) {
     int got = 0;
     while (reader->Read(&reply)) ++got;
     return Judge(reader->Finish(), got);
+  }
+  if (shape == Shape::kBidi) {
+    std::unique_ptr<grpc::ClientReaderWriter<StreamRequest, StreamReply>>
+        stream = stub.Bidi(&ctx);
+    StreamRequest req;
+    int written = 0;
+    for (; written < kMessages; ++written) {
+      req.set_n(written);
+      if (!stream->Write(req)) break;
+    }
+    stream->WritesDone();
+    int got = 0;
+    while (stream->Read(&reply)) ++got;
+    Outcome o = Judge(stream->Finish(), got);
+    o.written = written;
+    return o;
   }
   std::unique_ptr<grpc::ClientWriter<StreamRequest>> writer =
       stub.ClientStream(&ctx, &reply);
@@ -212,15 +253,123 @@ class WriteAll final : public grpc::ClientWriteReactor<StreamRequest> {
   Done done_;
 };
 
-Outcome OneCall(Streams::Stub& stub, Shape shape, StubKind kind) {
-  if (kind == StubKind::kSync) return SyncCall(stub, shape);
+// Writes every request of a bidi stream, one at a time, while reading
+// every echo.
+class EchoAll final
+    : public grpc::ClientBidiReactor<StreamRequest, StreamReply> {
+ public:
+  explicit EchoAll(Streams::Stub& stub) {
+    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + kStreamDeadline));
+    stub.async()->Bidi(&ctx_, this);
+    Next();
+    StartRead(&reply_);
+    StartCall();
+  }
+  Outcome Wait() {
+    const grpc::Status& s = done_.Wait();
+    Outcome o = Judge(s, got_);
+    o.written = sent_;
+    return o;
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the call has failed: OnDone follows
+    Next();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the end: OnDone follows
+    ++got_;
+    StartRead(&reply_);
+  }
+  void OnDone(const grpc::Status& s) override { done_.Set(s); }
+
+ private:
+  void Next() {
+    if (sent_ == kMessages) {
+      StartWritesDone();
+      return;
+    }
+    request_.set_n(sent_++);
+    StartWrite(&request_);
+  }
+
+  grpc::ClientContext ctx_;
+  StreamRequest request_;
+  StreamReply reply_;
+  int sent_ = 0;
+  int got_ = 0;
+  Done done_;
+};
+
+// The CQ-async API: each operation's tag waited for on the call's own
+// completion queue, one at a time.
+Outcome CqCall(Streams::Stub& stub, Shape shape) {
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kStreamDeadline));
+  // Waits for the one operation in flight; false when it failed.
+  auto wait = [&cq] {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && ok;
+  };
+  grpc::Status status;
+  Outcome o;
+  if (shape == Shape::kServer) {
+    StreamRequest req;
+    req.set_n(kMessages);
+    auto reader = stub.PrepareAsyncServerStream(&ctx, req, &cq);
+    reader->StartCall(nullptr);
+    int got = 0;
+    if (wait()) {
+      StreamReply reply;
+      for (;;) {
+        reader->Read(&reply, nullptr);
+        if (!wait()) break;
+        ++got;
+      }
+    }
+    reader->Finish(&status, nullptr);
+    wait();
+    o = Judge(status, got);
+  } else {
+    StreamReply reply;
+    auto writer = stub.PrepareAsyncClientStream(&ctx, &reply, &cq);
+    writer->StartCall(nullptr);
+    int written = 0;
+    if (wait()) {
+      StreamRequest req;
+      for (; written < kMessages; ++written) {
+        req.set_n(written);
+        writer->Write(req, nullptr);
+        if (!wait()) break;
+      }
+      writer->WritesDone(nullptr);
+      wait();
+    }
+    writer->Finish(&status, nullptr);
+    wait();
+    o = Judge(status, status.ok() ? reply.n() : 0);
+    o.written = written;
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  return o;
+}
+
+Outcome OneCall(Streams::Stub& stub, Shape shape, Api kind) {
+  if (kind == Api::kSync) return SyncCall(stub, shape);
+  if (kind == Api::kCq) return CqCall(stub, shape);
+  if (shape == Shape::kBidi) return EchoAll(stub).Wait();
   if (shape == Shape::kServer) return ReadAll(stub).Wait();
   return WriteAll(stub).Wait();
 }
 
 // `calls` calls one after another; CPU is the whole process's (getrusage).
-LoadResult RunCalls(Streams::Stub& stub, Shape shape, StubKind kind,
-                    int64_t calls, int64_t* wrong) {
+LoadResult RunCalls(Streams::Stub& stub, Shape shape, Api kind, int64_t calls,
+                    int64_t* wrong) {
   LoadResult r;
   r.latency_ns.reserve(calls);
   const ProcessUsage before = GetProcessUsage();
@@ -297,7 +446,9 @@ class StreamsFamily : public Family {
     const RetrySettings retry;
     return absl::StrFormat(
         "Issue 23's scenarios: streams of %d messages (server stream: %d "
-        "replies to one request; client stream: %d requests, one reply), one "
+        "replies to one request; client stream: %d requests, one reply; bidi: "
+        "as many requests, then their echoes; cq: the completion-queue API, "
+        "one operation at a time), one "
         "caller, calls back to back, deadline %lld ms; %d interleaved "
         "round(s), %lld calls per round without faults, %lld with. fail30: "
         "the server fails 30%% of attempts with UNAVAILABLE before any "
@@ -330,10 +481,9 @@ class StreamsFamily : public Family {
       const double cpu = Median(per_msg);
       const double vs = VsPlain(c);
       Row row;
-      row.Both(
-             "scenario", "stream",
-             absl::StrCat(c.scenario->title, ", ", StubName(c.scenario->stub)),
-             JsonValue::String(c.scenario->key), /*right=*/false)
+      row.Both("scenario", "stream",
+               absl::StrCat(c.scenario->title, ", ", ApiName(c.scenario->stub)),
+               JsonValue::String(c.scenario->key), /*right=*/false)
           .Name("client", "client", ClientName(m.client))
           .JsonOnly("rounds", JsonValue::Int(m.rounds.size()))
           .JsonOnly("messages_per_call", JsonValue::Int(kMessages))

@@ -3,6 +3,7 @@
 #include "tests/testing/fault_streams.h"
 
 #include <utility>
+#include <vector>
 
 namespace rpcguard {
 namespace testing {
@@ -80,6 +81,49 @@ class Reader final : public grpc::ServerReadReactor<StreamRequest> {
   int count_ = 0;
 };
 
+// Reads every request, then echoes each, in order.
+class Echo final : public grpc::ServerBidiReactor<StreamRequest, StreamReply> {
+ public:
+  explicit Echo(bool fail) {
+    if (fail) {
+      Finish(Injected());
+      return;
+    }
+    StartRead(&request_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Next();  // the client's writes are done: echo them
+      return;
+    }
+    received_.push_back(request_.n());
+    StartRead(&request_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "write failed"));
+      return;
+    }
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (sent_ >= received_.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    reply_.set_n(received_[sent_++]);
+    StartWrite(&reply_);
+  }
+
+  StreamRequest request_;
+  StreamReply reply_;
+  std::vector<int32_t> received_;
+  size_t sent_ = 0;
+};
+
 }  // namespace
 
 void FaultStreams::SetFaults(int fail_percent, uint64_t seed) {
@@ -110,6 +154,11 @@ grpc::ServerWriteReactor<StreamReply>* FaultStreams::ServerStream(
 grpc::ServerReadReactor<StreamRequest>* FaultStreams::ClientStream(
     grpc::CallbackServerContext* /*ctx*/, StreamReply* reply) {
   return new Reader(reply, Arrive());
+}
+
+grpc::ServerBidiReactor<StreamRequest, StreamReply>* FaultStreams::Bidi(
+    grpc::CallbackServerContext* /*ctx*/) {
+  return new Echo(Arrive());
 }
 
 }  // namespace testing

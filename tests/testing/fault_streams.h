@@ -10,8 +10,9 @@
 // the seed; FaultControl.Stats reports the attempts.
 //
 // ServerStream replies `n` times (reply.n = 0..n-1); ClientStream reads
-// every request, then replies once with n the number of requests. Bidi and
-// UnsafeBidi are not served (UNIMPLEMENTED).
+// every request, then replies once with n the number of requests; Bidi
+// reads every request, then echoes each (reply.n = request.n), in order.
+// UnsafeBidi is not served (UNIMPLEMENTED).
 //
 // Thread-safety: every method may be called from any thread.
 
@@ -43,6 +44,9 @@ class FaultStreams final
   grpc::ServerReadReactor<rpcguard::testing::v1::StreamRequest>* ClientStream(
       grpc::CallbackServerContext* ctx,
       rpcguard::testing::v1::StreamReply* reply) override;
+  grpc::ServerBidiReactor<rpcguard::testing::v1::StreamRequest,
+                          rpcguard::testing::v1::StreamReply>*
+  Bidi(grpc::CallbackServerContext* ctx) override;
 
  private:
   // Counts the attempt; true when it is to fail.
