@@ -585,7 +585,9 @@ TEST_F(BadInputTest, CancelledBeforeTheCallSendsNothing) {
       // Create is sent once, passing through: the counter sees its attempt
       // start after the cancel. Get is refused before its first attempt (0
       // seen) unless it rides (callback, with gRPC 1.51's fast paths: 1).
-      if (create) EXPECT_EQ(seen, 1);
+      if (create) {
+        EXPECT_EQ(seen, 1);
+      }
       EXPECT_EQ(trailer, std::vector<std::string>{absl::StrCat(seen)});
       absl::SleepFor(absl::Milliseconds(20));
       EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);

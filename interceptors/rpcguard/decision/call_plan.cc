@@ -95,6 +95,10 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
                     : CallMode::kMetadataOnly;
     return plan;
   }
+  // Neither a methodConfig timeout (it shortens the caller's deadline) nor
+  // waitForReady can be put on the application's own call.
+  const bool own_call_unfit = policy.timeout != absl::InfiniteDuration() ||
+                              policy.wait_for_ready.has_value();
   if (!facts.no_hedge &&
       MayHedge(policy, policy.idempotency, facts.hedging_for_method)) {
     if (!facts.response_may_be_message) {
@@ -102,16 +106,18 @@ CallPlan PlanCall(const MethodPolicy& policy, const CallFacts& facts) {
       plan.reason = GiveUpReason::kUnsupportedCall;
       return plan;
     }
-    // Copies run side by side: every one is a call of rpcguard's own.
     plan.hedge = true;
-    plan.mode = CallMode::kHijack;
+    // Copies run side by side. On the callback API the first can be the
+    // application's own call, as a retried call's attempt 1 is: rpcguard
+    // takes over when the hedge is due or the copy fails; elsewhere every
+    // copy is a call of rpcguard's own.
+    plan.mode = facts.callback_api && !own_call_unfit &&
+                        policy.per_attempt_timeout == absl::InfiniteDuration()
+                    ? CallMode::kRide
+                    : CallMode::kHijack;
     return plan;
   }
   const bool retries = plan.may_repeat && policy.retry.max_attempts > 1;
-  // Neither a methodConfig timeout (it shortens the caller's deadline) nor
-  // waitForReady can be put on the application's own call.
-  const bool own_call_unfit = policy.timeout != absl::InfiniteDuration() ||
-                              policy.wait_for_ready.has_value();
   if (retries && !facts.response_may_be_message) {
     // No attempt's response could be given to the application.
     plan.mode = CallMode::kMetadataOnly;

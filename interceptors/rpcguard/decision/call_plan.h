@@ -10,9 +10,10 @@
 //   kMetadataOnly  sent once as the application's own call, with rpcguard's
 //                  metadata; the breaker is asked first. Calls that may not
 //                  be repeated, or cannot be retried safely, end here.
-//   kRide          a callback-API call that may be retried: attempt 1 is the
-//                  application's own call; rpcguard takes over only if it
-//                  fails (no second call on the no-failure path).
+//   kRide          a callback-API call that may be retried or hedged:
+//                  attempt 1 is the application's own call; rpcguard takes
+//                  over only if it fails or its hedge is due (no second call
+//                  on the no-failure path).
 //   kHijack        rpcguard owns the call from the start: every attempt is a
 //                  call of its own on the channel below rpcguard.
 //   kFailFast      refused before anything is sent (a bad declaration, a bad
@@ -92,7 +93,9 @@ struct CallPlan {
   // be retried safely).
   grpc::Status reject;
   GiveUpReason reason = GiveUpReason::kNone;
-  // The call is hedged (policy.hedging): kHijack, copies instead of retries.
+  // The call is hedged (policy.hedging): copies instead of retries; kRide
+  // on the callback API (its first copy is the application's own call),
+  // kHijack elsewhere.
   bool hedge = false;
 };
 

@@ -149,11 +149,12 @@ HedgeController::HedgeController(const HedgingPolicy& policy,
       clock_(clock),
       min_attempt_time_(min_attempt_time) {}
 
-absl::Time HedgeController::Start() {
+absl::Time HedgeController::Start(absl::Time first_sent) {
   started_ = 1;
   in_flight_ = 1;
   const absl::Time now = clock_->MonotonicNow();
-  next_timer_ = CanStartMore(now) ? now + delay_ : absl::InfiniteFuture();
+  next_timer_ =
+      CanStartMore(now) ? first_sent + delay_ : absl::InfiniteFuture();
   return next_timer_;
 }
 

@@ -161,8 +161,12 @@ class HedgeController {
                   absl::Time deadline, Clock* clock,
                   absl::Duration min_attempt_time = absl::ZeroDuration());
 
-  // The first copy is sent now: returns when the hedge timer is due.
-  absl::Time Start();
+  // The first copy was sent at `first_sent` (on `clock`'s monotonic time:
+  // now, or earlier for a copy that was the application's own call):
+  // returns when the hedge timer is due.
+  absl::Time Start(absl::Time first_sent);
+  // The first copy is sent now.
+  absl::Time Start() { return Start(clock_->MonotonicNow()); }
 
   // The hedge timer fired: whether to send another copy. `allowed` is the
   // destination's say (breaker closed and hedge budget granted); a refused

@@ -121,9 +121,9 @@ HedgeAttemptPolicy::HedgeAttemptPolicy(const HedgingPolicy& policy,
       clock_(clock),
       hedge_(policy, delay, controller->deadline(), clock, min_attempt_time) {}
 
-Started HedgeAttemptPolicy::Start() {
+Started HedgeAttemptPolicy::Start(absl::Time first_sent) {
   Started started;
-  started.timer = hedge_.Start();
+  started.timer = hedge_.Start(first_sent);
   started.keep_deadline = started.timer == absl::InfiniteFuture();
   return started;
 }

@@ -129,8 +129,9 @@ struct CallSummary {
 class AttemptPolicy {
  public:
   virtual ~AttemptPolicy() = default;
-  // Attempt 1 was sent.
-  virtual Started Start() = 0;
+  // Attempt 1 was sent at `first_sent` (on the injected clock: now, or
+  // earlier when it is the application's own call, riding).
+  virtual Started Start(absl::Time first_sent) = 0;
   // The terms of an attempt about to be sent: the first, or a later one
   // (`replaces`: as the last step said; `next_charge`, `next_waits`: a
   // retry's, from the step that scheduled it). Pure: reads no state that
@@ -166,7 +167,7 @@ class RetryAttemptPolicy final : public AttemptPolicy {
   RetryAttemptPolicy(RetryController* controller, DestinationGates gates)
       : controller_(controller), gates_(gates) {}
 
-  Started Start() override { return Started{}; }
+  Started Start(absl::Time /*first_sent*/) override { return Started{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;
@@ -193,7 +194,7 @@ class SentOnceAttemptPolicy final : public AttemptPolicy {
         may_repeat_(may_repeat),
         why_(why == GiveUpReason::kNone ? GiveUpReason::kMaxAttempts : why) {}
 
-  Started Start() override { return Started{}; }
+  Started Start(absl::Time /*first_sent*/) override { return Started{}; }
   int NextNumber() const override { return controller_->attempts() + 1; }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   // Never asked: a call sent once sets no timer and sends nothing more.
@@ -215,7 +216,7 @@ class HedgeAttemptPolicy final : public AttemptPolicy {
                      absl::Duration min_attempt_time,
                      RetryBudget* hedge_budget);
 
-  Started Start() override;
+  Started Start(absl::Time first_sent) override;
   int NextNumber() const override { return hedge_.started(); }
   PolicyStep OnAttemptEnd(const EndFacts& facts, absl::BitGenRef gen) override;
   PolicyStep OnTimer() override;

@@ -181,7 +181,8 @@ void CallEngine::Start() {
 }
 
 std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
-    std::optional<Admission> admission, absl::Time sent) {
+    std::optional<Admission> admission, absl::Time sent,
+    std::shared_ptr<void> app_call) {
   // The application's call has its own context and response: the glue's
   // attempt (NewAttempt) would build both for nothing.
   auto attempt = std::make_shared<EngineAttempt>();
@@ -189,12 +190,17 @@ std::shared_ptr<EngineAttempt> CallEngine::RideFirstAttempt(
   attempt->app_call = true;
   attempt->number = 1;
   attempt->sent = sent;
+  // Still running: cancelled through this handle if another copy wins.
+  attempt->context = std::move(app_call);
   // Its end comes after this event, which joins it to the list.
   Run([this, attempt] {
     attempt->deadline = controller_.StartAttempt();
     attempts_seen_.store(controller_.attempts(), std::memory_order_release);
     first_sent_ = attempt->sent;
     attempts_.push_back(attempt);
+    // The policy counts attempt 1 from when it was sent; a hedge it would
+    // time from then is asked for by the glue (OnTimer), not armed here.
+    policy_impl_->Start(first_sent_);
     Note("ride", 1);
   });
   return attempt;
@@ -280,7 +286,7 @@ void CallEngine::SendAttempt(SendKind kind,
   Note("send", number);
   if (in_flight_ == nullptr) in_flight_ = io_->Hold();
   if (first) {
-    const Started started = policy_impl_->Start();
+    const Started started = policy_impl_->Start(now);
     a.timer = started.timer;
     a.arm_deadline = started.keep_deadline;
   }
@@ -474,7 +480,7 @@ void CallEngine::OnTimer(TimerKind kind) {
 void CallEngine::HandleTimer(TimerKind kind) {
   switch (kind) {
     case TimerKind::kCancel:
-      DoCancel();
+      DoCancel(/*by_caller=*/true);
       return;
     case TimerKind::kDeadline:
       OnDeadline();
@@ -597,10 +603,10 @@ void CallEngine::HandleParentEnded(grpc::StatusCode code) {
                                   "deadline passed");
     cancel_reason_ = GiveUpReason::kCancelled;
   }
-  DoCancel();
+  DoCancel(/*by_caller=*/false);
 }
 
-void CallEngine::DoCancel() {
+void CallEngine::DoCancel(bool by_caller) {
   TakeCancel();
   if (done_) return;
   if (refreshing_) {
@@ -615,8 +621,12 @@ void CallEngine::DoCancel() {
            StatusClass::kFatal, a);
   } else {
     // Their CANCELLED endings end the call; no timer may start another.
+    // The caller's cancel reaches the application's own call through gRPC
+    // already.
     for (const auto& attempt : attempts_) {
-      if (attempt->context != nullptr) a.cancel.push_back(attempt->context);
+      if (attempt->context != nullptr && !(by_caller && attempt->app_call)) {
+        a.cancel.push_back(attempt->context);
+      }
     }
     a.cancel_timers.swap(timers_);
   }

@@ -110,8 +110,9 @@ struct EngineAttempt {
   // later (left to end by its own deadline): its end is counted there, not
   // again when it comes.
   bool ended_by_terminal = false;
-  // The glue's handle to cancel the attempt by (its ClientContext). Null
-  // for the application's own call, and once the final attempt's answer is
+  // The glue's handle to cancel the attempt by (its ClientContext). For
+  // the application's own call, null unless it still runs beside rpcguard's
+  // copies (a hedged call riding); null once the final attempt's answer is
   // taken.
   std::shared_ptr<void> context;
 };
@@ -242,9 +243,13 @@ class CallEngine {
   void Start();
   // Attempt 1 is the application's own call, already admitted by the
   // breaker and started at `sent` (on the injected clock); returns it, for
-  // OnAttemptDone.
+  // OnAttemptDone. `app_call`: null once the call has ended (a retry rides
+  // in after it failed); a handle for CallIo::Cancel while it still runs (a
+  // hedged call riding its first copy, entered when the hedge is due: the
+  // glue then fires OnTimer(kNext)).
   std::shared_ptr<EngineAttempt> RideFirstAttempt(
-      std::optional<Admission> admission, absl::Time sent);
+      std::optional<Admission> admission, absl::Time sent,
+      std::shared_ptr<void> app_call = nullptr);
   // Ends the call before any attempt.
   void FailBeforeStart(grpc::Status status, GiveUpReason reason);
 
@@ -345,7 +350,9 @@ class CallEngine {
   // before any wait pays for none.
   void ArmDeadline();
   void OnDeadline();
-  void DoCancel();
+  // Cancels what is in flight; `by_caller`: the caller's own cancel, which
+  // gRPC has already sent to the application's own call.
+  void DoCancel(bool by_caller);
   // Serves `batch` now if the call is decided, else parks it.
   void ParkOrServe(Batches::value_type batch);
   // The attempt was refused by the gate for `refused` (`first`: attempt 1;

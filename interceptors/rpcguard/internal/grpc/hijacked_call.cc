@@ -128,9 +128,15 @@ void HijackedCall::OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) {
 }
 
 void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
-                                    void* response_object, absl::Time sent) {
+                                    void* response_object, absl::Time sent,
+                                    bool running) {
   response_object_ = response_object;
-  ride_ = engine_.RideFirstAttempt(std::move(admission), sent);
+  // The handle points at the application's context and owns nothing: the
+  // context outlives the call's end, which the engine waits for.
+  std::shared_ptr<void> handle;
+  if (running) handle = std::shared_ptr<void>(handle, setup_.app_context);
+  ride_ = engine_.RideFirstAttempt(std::move(admission), sent,
+                                   std::move(handle));
 }
 
 void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
@@ -149,9 +155,10 @@ void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                      ": the server sent none, or one not of the "
                      "application's response type"));
   }
-  if (!status.ok() && !sent_once_) {
+  if (!status.ok() && !sent_once_ && setup_.channel == nullptr) {
     // What later attempts need, only now that there may be any. Written
-    // before the engine lets a canceller or a timer send one.
+    // before the engine lets a canceller or a timer send one. (A riding
+    // hedged call's are set already, and copies use them.)
     setup_.channel = batch->GetInterceptedChannel();
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
@@ -215,7 +222,24 @@ void HijackedCall::Send(const std::shared_ptr<EngineAttempt>& attempt,
   transport_->Send(attempt, setup_.channel.get());
 }
 
+namespace {
+thread_local bool cancelling_own_call = false;
+}  // namespace
+
+bool CancellingOwnCall() { return cancelling_own_call; }
+
 void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
+  if (context.get() == setup_.app_context) {
+    // A riding hedged call's first copy lost. gRPC runs the interceptors'
+    // PRE_SEND_CANCEL inside TryCancel, on this thread: rpcguard's own
+    // knows it by the mark. Its end comes back through the application's
+    // call (OnFirstAttemptDone), and the engine, done, serves its batch
+    // from the winner.
+    cancelling_own_call = true;
+    setup_.app_context->TryCancel();
+    cancelling_own_call = false;
+    return;
+  }
   transport_->Cancel(context);
 }
 
@@ -258,7 +282,8 @@ void HijackedCall::Release(std::shared_ptr<EngineAttempt> attempt) {
   // attempts cancelled or outrun pay for this alarm.
   std::shared_ptr<void> context = std::move(attempt->context);
   attempt.reset();
-  if (context == nullptr) return;
+  // The application's own call's handle owns nothing.
+  if (context == nullptr || context.get() == setup_.app_context) return;
   auto* alarm = new grpc::Alarm;
   // A deadline in the past: runs at once. The alarm's own state outlives
   // its callback, which may delete it.
@@ -357,9 +382,20 @@ void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
   transport_->TakeResponse(last, out);
   CopyMetadata(context->GetServerInitialMetadata(), &out->initial_metadata);
   CopyMetadata(context->GetServerTrailingMetadata(), &out->trailing_metadata);
-  // Before the application's call completes, which is when it may read.
-  if (setup_.app_context != nullptr) {
+  // Before the application's call completes, which is when it may read. A
+  // riding call's is written when its status batch is served: a hedged
+  // one's own call may still run, and gRPC writes its context as it ends.
+  if (response_object_ != nullptr) {
+    description_ = ReadAttemptDescription(*context);
+  } else if (setup_.app_context != nullptr) {
     DescribeFinalAttempt(*context, setup_.app_context);
+  }
+}
+
+void HijackedCall::DescribeToApplication(const Batches& batches) {
+  if (description_.has_value() && !batches.empty() &&
+      setup_.app_context != nullptr) {
+    WriteAttemptDescription(*description_, setup_.app_context);
   }
 }
 
@@ -383,11 +419,13 @@ void HijackedCall::Conclude(const FinalOutcome& outcome,
   }
   transport_->Conclude(outcome);
   // The application's batches that waited in the engine (a unary call's).
+  DescribeToApplication(batches);
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 
 void HijackedCall::ServeDecided(const FinalOutcome& outcome,
                                 const Batches& batches) {
+  DescribeToApplication(batches);
   ServeBatches(batches, outcome, method_.name, response_object_);
 }
 

@@ -59,6 +59,12 @@
 namespace rpcguard {
 namespace internal {
 
+// Whether this thread is inside rpcguard's own TryCancel of an
+// application's call (a riding hedged call's first copy, cancelled because
+// another copy won): the interceptor's PRE_SEND_CANCEL is then not the
+// caller's.
+bool CancellingOwnCall();
+
 // How an attempt ended, from its status, its trailers and the channel it
 // ran on (null: not known): one reading for every attempt, hijacked or the
 // application's own (sent once, or attempt 1 of a ride). `may_wait`: its
@@ -149,9 +155,20 @@ class HijackedCall final : public CallIo,
   // breaker (`admission`); `response_object` is the application's response
   // message (null for a stream); `sent` when it started. Its end goes
   // through the engine (OnFirstAttemptDone), which may retry it unless the
-  // call is sent once.
+  // call is sent once. `running`: the call has not ended (a hedged call
+  // riding its first copy, entered when its hedge is due, then HedgeDue):
+  // if a later copy wins, rpcguard cancels it (TryCancel on the
+  // application's context, which CancellingOwnCall marks) and fills its
+  // status batch from the winner. Setup::channel and rpc_method must then
+  // be set.
   void RideFirstAttempt(std::optional<Admission> admission,
-                        void* response_object, absl::Time sent);
+                        void* response_object, absl::Time sent,
+                        bool running = false);
+
+  // A riding hedged call's hedge delay has passed (after RideFirstAttempt
+  // with `running`): the engine sends the next copy, unless the call is
+  // decided or cancelled.
+  void HedgeDue() { engine_.OnTimer(TimerKind::kNext); }
 
   // The application's call, carrying attempt 1 (RideFirstAttempt), received
   // its outcome in `batch` (POST_RECV_STATUS); `channel` is the call's
@@ -194,6 +211,9 @@ class HijackedCall final : public CallIo,
                 const Batches& batches) override;
   void ServeDecided(const FinalOutcome& outcome,
                     const Batches& batches) override;
+  // A riding call's description of its final attempt (description_),
+  // written into the application's context before `batches` are served.
+  void DescribeToApplication(const Batches& batches);
 
   // TransportOwner: the attempts' ends, and a stream's commit.
   void OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) override;
@@ -262,6 +282,10 @@ class HijackedCall final : public CallIo,
   void* response_object_ = nullptr;
   // A riding call's attempt 1, from RideFirstAttempt to its end.
   std::shared_ptr<EngineAttempt> ride_;
+  // A riding call's: what the application's context is to say of the final
+  // attempt, written into it when its status batch is served (TakeResult,
+  // Conclude, ServeDecided: engine events, one at a time).
+  std::optional<AttemptDescription> description_;
   // Sent once (the constructor's `sent_once`): nothing is ever resent.
   const bool sent_once_;
   // How attempts travel: unary_, or stream_ once MakeStream made one.

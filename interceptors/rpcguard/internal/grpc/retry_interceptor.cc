@@ -22,6 +22,7 @@
 
 #include "rpcguard/internal/grpc/retry_interceptor.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -35,6 +36,8 @@
 #include "rpcguard/internal/grpc/hijacked_call.h"
 #include "rpcguard/internal/grpc/sending_scope.h"
 #include "rpcguard/internal/grpc/server_calls.h"
+#include "rpcguard/internal/grpc/timer_queue.h"
+#include "rpcguard/decision/hedging.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/observability/correlation.h"
@@ -46,6 +49,30 @@ namespace {
 using grpc::experimental::ClientRpcInfo;
 using grpc::experimental::InterceptionHookPoints;
 using grpc::experimental::InterceptorBatchMethods;
+
+class RetryInterceptor;
+
+// A hedged call riding its first copy: where its hedge timer (on the timer
+// queue's thread) and the end of the application's call (on gRPC's) meet,
+// one at a time. The timer holds it weakly; the interceptor owns it.
+struct HedgeRide {
+  enum class State {
+    kRiding,    // the first copy runs alone
+    kEngaging,  // the timer fired: the engine is being built
+    kEngaged,   // the engine owns the call (`call`)
+    kEnded,     // the first copy ended riding: the timer does nothing
+  };
+  internal::Mutex mu;
+  State state ABSL_GUARDED_BY(mu) = State::kRiding;
+  // Alive while the state is kRiding or kEngaging: the call cannot
+  // complete before its end has passed through this object.
+  RetryInterceptor* owner = nullptr;
+  // The application's call's status batch, come while engaging.
+  InterceptorBatchMethods* ended ABSL_GUARDED_BY(mu) = nullptr;
+  std::shared_ptr<HijackedCall> call ABSL_GUARDED_BY(mu);
+  // Written before the call is proceeded, read at its end.
+  TimerQueue::Handle timer;
+};
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
  public:
@@ -62,7 +89,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   void Intercept(InterceptorBatchMethods* batch) override {
     if (batch->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_CANCEL)) {
-      OnCancel();
+      // rpcguard's own cancel of a riding hedged call's losing first copy
+      // is not the caller's.
+      if (!CancellingOwnCall()) OnCancel();
       return;  // gRPC continues a cancel batch by itself.
     }
     // Only the first batch's: gRPC's CQ-async writers reuse one batch for
@@ -102,6 +131,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       case CallMode::kMetadataOnly:
         if (batch->QueryInterceptionHookPoint(
                 InterceptionHookPoints::POST_RECV_STATUS)) {
+          if (hedge_ride_ != nullptr && !OwnCallEndedRiding(batch)) {
+            return;  // the hedged call's engine has it: `this` may be gone
+          }
           // A riding call's success needs its message: without one gRPC
           // would report OK and the application find nothing.
           const bool failed = mode_ == CallMode::kRide
@@ -254,6 +286,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         plan_ = RefusedByThrottle(plan_, ThrottledStatus(method.breaker_key));
       } else {
         admission_ = std::move(start.admission);
+        // A hedged call's first copy earns its hedges, as the engine's
+        // first send would count it.
+        if (plan_.hedge && method.hedge_budget != nullptr) {
+          method.hedge_budget->RecordFirstAttempt();
+        }
       }
     }
     mode_ = plan_.mode;
@@ -304,8 +341,109 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     if (add_key) md->emplace(HeaderString<kIdempotencyKeyHeader>(), key_);
     md->emplace(HeaderString<kAttemptHeader>(), "1");
+    if (mode_ == CallMode::kRide && plan_.hedge) ArmHedge(batch);
     SendingScope sending(info_->client_context());
     batch->Proceed();
+  }
+
+  // A hedged call riding its first copy: the hedge timer, and what the
+  // copies will need. Nothing more is built unless the timer fires before
+  // the application's call ends (EngageHedge).
+  void ArmHedge(InterceptorBatchMethods* batch) {
+    const HedgingPolicy& hedging = *policy().hedging;
+    if (hedging.max_attempts < 2) return;
+    hedge_delay_ = HedgeDelay(hedging, method_->latency.get());
+    // Hedges are timed from the first copy's start, on gRPC's clock for
+    // the timer queue; none is due past the caller's deadline.
+    const absl::Time due = own_call_started_ + hedge_delay_;
+    if (due >= caller_deadline_.on_clock) return;
+    hedge_ride_ = std::make_shared<HedgeRide>();
+    hedge_ride_->owner = this;
+    // The channel below rpcguard, which only a batch gives.
+    hedge_channel_ = batch->GetInterceptedChannel();
+    hedge_ride_->timer = factory_->hedge_timers()->Schedule(
+        OnGrpcClock(due, factory_->clock()), hedge_ride_, &OnHedgeDue);
+  }
+
+  // The hedge is due (on the timer queue's thread): unless the application's
+  // call has ended or been cancelled, rpcguard takes it over as the engine's
+  // attempt 1 and sends the next copy.
+  static void OnHedgeDue(void* target) {
+    auto* ride = static_cast<HedgeRide*>(target);
+    RetryInterceptor* self;
+    {
+      internal::MutexLock lock(&ride->mu);
+      if (ride->state != HedgeRide::State::kRiding) return;
+      self = ride->owner;
+      // The interceptor lives while the state is kRiding: the call's end
+      // waits for this lock to leave it.
+      if (self->cancelled()) return;  // its end ends it: no copy
+      ride->state = HedgeRide::State::kEngaging;
+    }
+    self->EngageHedge(ride);
+  }
+
+  void EngageHedge(HedgeRide* ride) {
+    std::shared_ptr<HijackedCall> call = NewHijackedCall();
+    HijackedCall::Setup& setup = call->setup();
+    setup.idempotency_key = std::move(key_);
+    setup.correlation = std::move(correlation_);
+    setup.metadata = std::move(caller_metadata_);
+    setup.request.Swap(&request_);
+    setup.channel = std::move(hedge_channel_);
+    setup.rpc_method = &method_->RpcMethodFor(info_->channel());
+    // Joined before anything can cancel it: a cancel then finds attempt 1.
+    call->RideFirstAttempt(std::move(admission_), ride_response_,
+                           own_call_started_, /*running=*/true);
+    admission_.reset();
+    bool cancelled;
+    {
+      internal::MutexLock lock(&mu_);
+      call_ = call;
+      cancelled = cancelled_;
+    }
+    if (cancelled) call->Cancel();
+    grpc::ChannelInterface* channel = info_->channel();
+    InterceptorBatchMethods* ended;
+    {
+      internal::MutexLock lock(&ride->mu);
+      ride->state = HedgeRide::State::kEngaged;
+      ride->call = call;
+      ended = std::exchange(ride->ended, nullptr);
+    }
+    // From here `this` may be gone (unless `ended` is held).
+    call->HedgeDue();
+    if (ended != nullptr) call->OnFirstAttemptDone(ended, channel);
+  }
+
+  // A riding hedged call's own call ended (`batch`, POST_RECV_STATUS).
+  // Returns true when it ended riding (the timer is cancelled and the ride
+  // ends as any ride does); false when the engine has taken the batch.
+  bool OwnCallEndedRiding(InterceptorBatchMethods* batch) {
+    std::shared_ptr<HijackedCall> call;
+    {
+      internal::MutexLock lock(&hedge_ride_->mu);
+      switch (hedge_ride_->state) {
+        case HedgeRide::State::kRiding:
+          hedge_ride_->state = HedgeRide::State::kEnded;
+          break;
+        case HedgeRide::State::kEngaging:
+          // Handed to the engine once it is in (EngageHedge).
+          hedge_ride_->ended = batch;
+          return false;
+        case HedgeRide::State::kEngaged:
+          call = hedge_ride_->call;
+          break;
+        case HedgeRide::State::kEnded:
+          break;
+      }
+    }
+    if (call != nullptr) {
+      call->OnFirstAttemptDone(batch, info_->channel());
+      return false;
+    }
+    factory_->hedge_timers()->Cancel(hedge_ride_->timer);
+    return true;
   }
 
   // kHijack and kFailFast: rpcguard owns the call's outcome.
@@ -388,6 +526,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.metadata = std::move(caller_metadata_);
     // kRide: what a retry resends; kMetadataOnly: the give-up hook's copy.
     setup.request.Swap(&request_);
+    if (hedge_channel_ != nullptr) {
+      setup.channel = std::move(hedge_channel_);
+      setup.rpc_method = &method_->RpcMethodFor(info_->channel());
+    }
     call->RideFirstAttempt(std::move(admission_), ride_response_,
                            own_call_started_);
     admission_.reset();
@@ -419,6 +561,16 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         factory_->clock()->MonotonicNow() - own_call_started_;
     event.call_duration = event.attempt_duration;
     const AttemptOutcome ok;
+    if (hedge_ride_ != nullptr) {
+      // As the engine's hedged call would: copy 1 decided it, alone; the
+      // adaptive delay learns its latency.
+      event.copy = 1;
+      factory_->stats()->RecordHedgedCall(method.stats, 1, false, 0,
+                                          hedge_delay_);
+      if (method.latency != nullptr) {
+        method.latency->Record(event.attempt_duration);
+      }
+    }
     SettleAttempt(method.gates(), /*charge=*/std::nullopt, StatusClass::kOk, ok,
                   /*server_said_stop=*/false);
     RecordAttemptEnd(method.gates(), admission_, StatusClass::kOk, ok,
@@ -498,6 +650,11 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   Metadata caller_metadata_;
   // kHijack, kFailFast: the call that parks this call's batches.
   HijackedCall* call_for_batches_ = nullptr;
+  // kRide, hedged (ArmHedge): the hedge's meeting point with the call's
+  // end, the delay, and the channel below rpcguard for the copies.
+  std::shared_ptr<HedgeRide> hedge_ride_;
+  absl::Duration hedge_delay_;
+  std::unique_ptr<grpc::ChannelInterface> hedge_channel_;
 
   // A cancel may come on any thread, before or during the first batch.
   internal::Mutex mu_;

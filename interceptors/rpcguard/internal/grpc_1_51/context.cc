@@ -96,13 +96,23 @@ void ApplyCallerSettings(const CallerSettings& settings,
 
 void DescribeFinalAttempt(const grpc::ClientContext& attempt,
                           grpc::ClientContext* caller) {
+  WriteAttemptDescription(ReadAttemptDescription(attempt), caller);
+}
+
+AttemptDescription ReadAttemptDescription(const grpc::ClientContext& attempt) {
+  return AttemptDescription{attempt.auth_context(),
+                            attempt.debug_error_string()};
+}
+
+void WriteAttemptDescription(const AttemptDescription& description,
+                             grpc::ClientContext* caller) {
 #if RPCGUARD_GRPC_1_51
   // auth_context() returns the member once set; the caller's own call never
-  // connected, so it has nothing better.
-  caller->*Get(AuthContext()) = attempt.auth_context();
-  caller->*Get(DebugErrorString()) = attempt.debug_error_string();
+  // connected (or lost to the copy described), so it has nothing better.
+  caller->*Get(AuthContext()) = description.auth_context;
+  caller->*Get(DebugErrorString()) = description.debug_error_string;
 #else
-  (void)attempt;
+  (void)description;
   (void)caller;
 #endif
 }

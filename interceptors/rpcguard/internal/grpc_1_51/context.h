@@ -21,6 +21,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/impl/channel_interface.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -64,6 +65,19 @@ void ApplyCallerSettings(const CallerSettings& settings,
 // not have completed yet: the application reads them once it has.
 void DescribeFinalAttempt(const grpc::ClientContext& attempt,
                           grpc::ClientContext* caller);
+
+// What DescribeFinalAttempt copies, kept for later: a hedged call riding
+// its first copy is decided while the application's own call still runs,
+// and gRPC writes its context's debug_error_string() when that call ends.
+struct AttemptDescription {
+  std::shared_ptr<const grpc::AuthContext> auth_context;
+  std::string debug_error_string;
+};
+AttemptDescription ReadAttemptDescription(const grpc::ClientContext& attempt);
+// Writes `description` into `caller`, whose own call has ended (its
+// status batch is in rpcguard's hands) but not completed.
+void WriteAttemptDescription(const AttemptDescription& description,
+                             grpc::ClientContext* caller);
 
 // The core channel under `channel`, the grpc::Channel an interceptor's
 // ClientRpcInfo names; null on another gRPC or another kind of channel.

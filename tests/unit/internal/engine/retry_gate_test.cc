@@ -706,7 +706,7 @@ TEST_F(AttemptPolicyTerms, ARetryIsPaidByTheRetryBudgetAsItsStepSaid) {
   EXPECT_EQ(terminal.copy, 0);
   EXPECT_TRUE(terminal.cancelled.empty());
   EXPECT_FALSE(retry.Summary(2, true, 2).has_value());
-  EXPECT_FALSE(retry.Start().keep_deadline);
+  EXPECT_FALSE(retry.Start(clock_.MonotonicNow()).keep_deadline);
 }
 
 TEST_F(AttemptPolicyTerms,
@@ -716,7 +716,7 @@ TEST_F(AttemptPolicyTerms,
       *RetryBudget::Create(OneRetry(), &clock_);
   HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller_, &clock_,
                            absl::ZeroDuration(), hedge_budget.get());
-  const Started start = hedge.Start();
+  const Started start = hedge.Start(clock_.MonotonicNow());
   EXPECT_EQ(start.timer, clock_.MonotonicNow() + absl::Milliseconds(30));
   EXPECT_FALSE(start.keep_deadline);
   const SendTerms first = hedge.TermsFor(/*first=*/true, std::nullopt,
@@ -754,7 +754,7 @@ TEST_F(AttemptPolicyTerms, AHedgeWithoutDelayKeepsTheDeadlineFromTheStart) {
   const HedgingPolicy hedging = Hedging(1, absl::ZeroDuration());
   HedgeAttemptPolicy hedge(hedging, absl::Milliseconds(30), &controller_,
                            &clock_, absl::ZeroDuration(), nullptr);
-  const Started start = hedge.Start();
+  const Started start = hedge.Start(clock_.MonotonicNow());
   EXPECT_EQ(start.timer, absl::InfiniteFuture());
   EXPECT_TRUE(start.keep_deadline);
 }
@@ -763,7 +763,7 @@ TEST_F(AttemptPolicyTerms, ARefusedHedgeLeavesTheLastFailureStanding) {
   const HedgingPolicy hedging = Hedging(2, absl::Milliseconds(30));
   HedgeAttemptPolicy hedge(hedging, hedging.delay, &controller_, &clock_,
                            absl::ZeroDuration(), nullptr);
-  hedge.Start();
+  hedge.Start(clock_.MonotonicNow());
   const PolicyStep refused =
       hedge.OnRefused(GiveUpReason::kBudgetExhausted, /*replaces=*/false);
   EXPECT_TRUE(refused.last_failure_stands);
