@@ -3,12 +3,14 @@
 # (stable on a noisy machine, unlike CPU time).
 #
 #   bench/callgrind.sh [--stub=sync|callback] [--calls=N] [--out=DIR]
-#                      [--mode=opt|fastbuild] [--brief] [CLIENT...]
+#                      [--mode=opt|fastbuild] [--callers=N] [--brief]
+#                      [CLIENT...]
 #
 # Runs //bench:compare (built -c opt, or as --mode says: CI's guard,
 # bench/callgrind_guard.sh, reads the fastbuild binary its test stage built)
 # under callgrind for the scenario
-# none/STUB/c1 (no faults, one caller), once per CLIENT (default: plain
+# none/STUB/c1 (no faults, one caller; --callers=8 runs none/STUB/c8, whose
+# N calls are shared by 8 callers), once per CLIENT (default: plain
 # rpcguard; also pass-through, hijack-floor, grpc-retry; e.g. `hijack-floor
 # rpcguard` shows what rpcguard adds to the hijacking mechanism). The fault
 # server runs natively in its own process: valgrind does not follow the
@@ -50,6 +52,7 @@ cd "$(dirname "$0")/.."
 stub=sync
 calls=5000
 mode=opt
+callers=1
 brief=0
 out=/tmp/rpcguard-callgrind
 clients=()
@@ -59,8 +62,9 @@ for arg in "$@"; do
     --calls=*) calls=${arg#--calls=} ;;
     --out=*) out=${arg#--out=} ;;
     --mode=*) mode=${arg#--mode=} ;;
+    --callers=*) callers=${arg#--callers=} ;;
     --brief) brief=1 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     -*) echo "callgrind.sh: unknown flag $arg" >&2; exit 2 ;;
     *) clients+=("$arg") ;;
   esac
@@ -76,7 +80,7 @@ esac
 # Not bazel-bin: it follows whichever mode was built last.
 bin=bazel-out/k8-$mode/bin/bench/compare
 mkdir -p "$out"
-scenario="none/$stub/c1"
+scenario="none/$stub/c$callers"
 
 # Prints "IR NAME" per function of a callgrind_annotate report, per call.
 per_call() {

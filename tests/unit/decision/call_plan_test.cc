@@ -247,6 +247,26 @@ TEST(CallPlanTest, BreakerRefusalFailsFastWithItsReason) {
   EXPECT_TRUE(plan.may_repeat);
 }
 
+// A hedged call rides its first copy where a retried one would (the
+// callback API, nothing the application's call cannot carry); elsewhere
+// every copy is rpcguard's own.
+TEST(CallPlanTest, AHedgedCallbackCallRidesItsFirstCopy) {
+  MethodPolicy hedged = Declared(Idempotency::kNoSideEffects);
+  hedged.hedging.emplace();
+  CallPlan plan = PlanCall(hedged, Callback());
+  EXPECT_TRUE(plan.hedge);
+  EXPECT_EQ(plan.mode, CallMode::kRide);
+  plan = PlanCall(hedged, Facts());
+  EXPECT_TRUE(plan.hedge);
+  EXPECT_EQ(plan.mode, CallMode::kHijack);
+  MethodPolicy with_timeout = hedged;
+  with_timeout.timeout = absl::Seconds(1);
+  EXPECT_EQ(PlanCall(with_timeout, Callback()).mode, CallMode::kHijack);
+  MethodPolicy waits = hedged;
+  waits.wait_for_ready = true;
+  EXPECT_EQ(PlanCall(waits, Callback()).mode, CallMode::kHijack);
+}
+
 TEST(CallPlanTest, ModeNamesAreDistinct) {
   const CallMode modes[] = {CallMode::kPassThrough, CallMode::kMetadataOnly,
                             CallMode::kRide, CallMode::kHijack,

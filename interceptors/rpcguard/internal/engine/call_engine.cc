@@ -161,6 +161,7 @@ bool CallEngine::TakeCancel() {
   if (!cancelled_ && !done_ &&
       cancel_requested_.load(std::memory_order_acquire)) {
     cancelled_ = true;
+    caller_cancelled_ = true;
     cancel_status_ = CancelledByCaller();
     cancel_reason_ = GiveUpReason::kCancelled;
   }
@@ -480,7 +481,7 @@ void CallEngine::OnTimer(TimerKind kind) {
 void CallEngine::HandleTimer(TimerKind kind) {
   switch (kind) {
     case TimerKind::kCancel:
-      DoCancel(/*by_caller=*/true);
+      DoCancel();
       return;
     case TimerKind::kDeadline:
       OnDeadline();
@@ -603,10 +604,10 @@ void CallEngine::HandleParentEnded(grpc::StatusCode code) {
                                   "deadline passed");
     cancel_reason_ = GiveUpReason::kCancelled;
   }
-  DoCancel(/*by_caller=*/false);
+  DoCancel();
 }
 
-void CallEngine::DoCancel(bool by_caller) {
+void CallEngine::DoCancel() {
   TakeCancel();
   if (done_) return;
   if (refreshing_) {
@@ -624,7 +625,7 @@ void CallEngine::DoCancel(bool by_caller) {
     // The caller's cancel reaches the application's own call through gRPC
     // already.
     for (const auto& attempt : attempts_) {
-      if (attempt->context != nullptr && !(by_caller && attempt->app_call)) {
+      if (attempt->context != nullptr && !(caller_cancelled_ && attempt->app_call)) {
         a.cancel.push_back(attempt->context);
       }
     }
@@ -732,7 +733,10 @@ void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
       continue;
     }
     other->loser = true;
-    if (other->context != nullptr) a.cancel.push_back(other->context);
+    // The caller's cancel reaches the application's own call through gRPC.
+    if (other->context != nullptr && !(caller_cancelled_ && other->app_call)) {
+      a.cancel.push_back(other->context);
+    }
     terminal.cancelled.push_back(other->number);
   }
   policy_impl_->Annotate(terminal, decided_by);

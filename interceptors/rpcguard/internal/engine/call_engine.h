@@ -350,9 +350,7 @@ class CallEngine {
   // before any wait pays for none.
   void ArmDeadline();
   void OnDeadline();
-  // Cancels what is in flight; `by_caller`: the caller's own cancel, which
-  // gRPC has already sent to the application's own call.
-  void DoCancel(bool by_caller);
+  void DoCancel();
   // Serves `batch` now if the call is decided, else parks it.
   void ParkOrServe(Batches::value_type batch);
   // The attempt was refused by the gate for `refused` (`first`: attempt 1;
@@ -418,6 +416,9 @@ class CallEngine {
 
   bool done_ = false;
   bool cancelled_ = false;
+  // The caller cancelled (not the parent's end): gRPC has cancelled the
+  // application's own call already, and rpcguard does not again.
+  bool caller_cancelled_ = false;
   bool refreshing_ = false;
   // CallIo::Send is running (the state "sending").
   bool sending_ = false;

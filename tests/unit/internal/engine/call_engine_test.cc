@@ -108,6 +108,7 @@ class FakeIo final : public CallIo {
   void ServeDecided(const FinalOutcome& outcome,
                     const Batches& batches) override {
     served_attempts_text = outcome.attempts_text;
+    served_from_app_call = outcome.from_app_call;
     served_decided += batches.size();
   }
 
@@ -137,6 +138,7 @@ class FakeIo final : public CallIo {
   std::string served_attempts_text;
   size_t concluded_batches = 0;
   size_t served_decided = 0;
+  bool served_from_app_call = false;
   grpc::Status status;
   TraceEvent terminal;
 
@@ -785,6 +787,119 @@ TEST_F(CallEngineTest, AHedgedCallCancelledEndsEveryCopy) {
   End(2, grpc::StatusCode::CANCELLED);
   EXPECT_EQ(io_.concluded, 1);
   EXPECT_EQ(io_.released, std::vector<int>{2});
+}
+
+// A hedged call riding its first copy (the application's own call, whose
+// handle cancels with id 100), entered when its hedge is due.
+class RidingHedgeTest : public CallEngineTest {
+ protected:
+  void RideIn() {
+    Make(Hedge());
+    NewCall(absl::Seconds(10), /*hedging=*/true);
+    const absl::Time sent = clock_.MonotonicNow();
+    clock_.Advance(absl::Milliseconds(50));  // the hedge delay
+    ride_ = engine_->RideFirstAttempt(std::nullopt, sent, app_);
+  }
+  // The application's call ends with `code`; its status batch waits.
+  void AppEnds(grpc::StatusCode code) {
+    AttemptReport r;
+    r.status = code == grpc::StatusCode::OK ? grpc::Status::OK
+                                            : grpc::Status(code, "app");
+    engine_->OnAttemptDone(ride_.get(), r, app_batch_);
+  }
+
+  std::shared_ptr<void> app_ = std::make_shared<int>(100);
+  std::shared_ptr<EngineAttempt> ride_;
+  int batch_storage_ = 0;
+  Batches::value_type app_batch_ =
+      reinterpret_cast<Batches::value_type>(&batch_storage_);
+};
+
+// The hedge goes at once (the delay has passed since the first copy was
+// sent); it wins; the application's call is cancelled through its handle;
+// its end, even an OK that came after all (a cancel is best effort), is
+// served from the winner, and counted as an attempt that ended.
+TEST_F(RidingHedgeTest, ALaterCopysWinCancelsTheFirstAndServesItFromTheWinner) {
+  RideIn();
+  EXPECT_EQ(engine_->state(), EngineState::kInFlight);
+  EXPECT_TRUE(io_.sent.empty());  // nothing before the timer says so
+  engine_->OnTimer(TimerKind::kNext);
+  ASSERT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.sent[0]->number, 2);
+  engine_->OnAttemptDone(io_.sent[0].get(), AttemptReport{}, nullptr);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.concluded_batches, 0u);
+  EXPECT_EQ(io_.took_result_of, 2);
+  EXPECT_EQ(io_.cancelled, std::vector<int>{100});
+  EXPECT_EQ(io_.terminal.copy, 2);
+  EXPECT_EQ(io_.terminal.cancelled, std::vector<int>{1});
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kNone);
+  AppEnds(grpc::StatusCode::OK);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.served_decided, 1u);
+  EXPECT_FALSE(io_.served_from_app_call);
+  EXPECT_EQ(io_.served_attempts_text, "2");
+  EXPECT_EQ(Counted().attempts, 2u);
+}
+
+// The first copy wins: the hedge is cancelled, the application's own
+// answer stands (nothing is taken from an attempt of rpcguard's).
+TEST_F(RidingHedgeTest, AFirstCopyThatWinsCancelsTheHedge) {
+  RideIn();
+  engine_->OnTimer(TimerKind::kNext);
+  ASSERT_EQ(io_.sent.size(), 1u);
+  AppEnds(grpc::StatusCode::OK);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.concluded_batches, 1u);
+  EXPECT_EQ(io_.took_result_of, 0);
+  EXPECT_EQ(io_.cancelled, std::vector<int>{1});  // copy 2's context
+  EXPECT_EQ(io_.terminal.copy, 1);
+  EXPECT_EQ(io_.terminal.cancelled, std::vector<int>{2});
+}
+
+// The caller's cancel reaches the application's own call through gRPC:
+// rpcguard cancels only its copies, and a cancel before the hedge is due
+// sends none.
+TEST_F(RidingHedgeTest, TheCallersCancelIsNotSentTwice) {
+  RideIn();
+  engine_->OnTimer(TimerKind::kNext);
+  ASSERT_EQ(io_.sent.size(), 1u);
+  engine_->Cancel();
+  Fire(io_.Active(TimerKind::kCancel).at(0));
+  EXPECT_EQ(io_.cancelled, std::vector<int>{1});
+  engine_->OnAttemptDone(io_.sent[0].get(),
+                         AttemptReport{grpc::Status::CANCELLED}, nullptr);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.terminal.reason, GiveUpReason::kCancelled);
+  EXPECT_EQ(io_.cancelled, std::vector<int>{1});  // still not the app's
+  AppEnds(grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.served_decided, 1u);
+}
+
+TEST_F(RidingHedgeTest, ACancelBeforeTheHedgeIsDueSendsNoCopy) {
+  RideIn();
+  engine_->Cancel();
+  engine_->OnTimer(TimerKind::kNext);
+  EXPECT_TRUE(io_.sent.empty());
+  AppEnds(grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.attempts_text, "1");
+}
+
+// A first copy that failed before its hedge was due (the glue enters then,
+// without a handle): the hedging policy sends the next copy at once.
+TEST_F(RidingHedgeTest, AFirstCopyFailedBeforeItsHedgeSendsTheNextAtOnce) {
+  Make(Hedge());
+  NewCall(absl::Seconds(10), /*hedging=*/true);
+  ride_ = engine_->RideFirstAttempt(std::nullopt, clock_.MonotonicNow());
+  clock_.Advance(absl::Milliseconds(5));
+  AppEnds(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_EQ(io_.sent.size(), 1u);
+  EXPECT_EQ(io_.sent[0]->number, 2);
+  engine_->OnAttemptDone(io_.sent[0].get(), AttemptReport{}, nullptr);
+  EXPECT_EQ(io_.concluded, 1);
+  EXPECT_EQ(io_.concluded_batches, 1u);
+  EXPECT_TRUE(io_.cancelled.empty());
 }
 
 TEST_F(CallEngineTest, ABatchParkedBeforeTheEndIsServedAtTheEnd) {
