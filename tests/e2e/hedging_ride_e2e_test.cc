@@ -2,13 +2,14 @@
 //
 // A hedged callback-API call rides its first copy (issue 31, part 1): the
 // application's own call is copy 1, and rpcguard takes over only when the
-// hedge is due. Against the fault server, on the callback and reactor
-// stubs: a later copy's win cancels the application's call and its answer
-// (message, initial and trailing metadata, status) is the winner's, with
-// the caller's cancel handling never taking rpcguard's cancel for the
-// caller's; a first copy that wins cancels the hedge; the caller's cancel
-// before the hedge is due sends no copy; calls ending just as their hedge
-// is due never reach a call that is gone (run under ASan in CI).
+// hedge is due. Against the fault server, on the callback stub (and the
+// reactor stub, whose calls are hijacked, every copy rpcguard's own: the
+// same answers either way): a later copy's win cancels the application's call
+// and its answer (message, initial and trailing metadata, status) is the
+// winner's, with the caller's cancel handling never taking rpcguard's cancel
+// for the caller's; a first copy that wins cancels the hedge; the caller's
+// cancel before the hedge is due sends no copy; calls ending just as their
+// hedge is due never reach a call that is gone (run under ASan in CI).
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -151,8 +152,8 @@ TEST_P(HedgingRideE2ETest, ALaterCopysWinIsAllTheApplicationSees) {
   const MethodStatsSnapshot m = Settled();
   EXPECT_EQ(m.attempts_started, 2u);
   EXPECT_EQ(m.attempts, 2u);
-  EXPECT_EQ(m.attempts_by_code.at(static_cast<int>(grpc::StatusCode::CANCELLED)),
-            1u);
+  EXPECT_EQ(
+      m.attempts_by_code.at(static_cast<int>(grpc::StatusCode::CANCELLED)), 1u);
   EXPECT_EQ(m.calls, 1u);
   EXPECT_EQ(m.hedges, 1u);
   EXPECT_EQ(m.hedges_won, 1u);
