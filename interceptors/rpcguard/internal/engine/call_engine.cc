@@ -625,7 +625,8 @@ void CallEngine::DoCancel() {
     // The caller's cancel reaches the application's own call through gRPC
     // already.
     for (const auto& attempt : attempts_) {
-      if (attempt->context != nullptr && !(caller_cancelled_ && attempt->app_call)) {
+      if (attempt->context != nullptr &&
+          !(caller_cancelled_ && attempt->app_call)) {
         a.cancel.push_back(attempt->context);
       }
     }

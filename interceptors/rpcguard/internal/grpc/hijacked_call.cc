@@ -135,8 +135,8 @@ void HijackedCall::RideFirstAttempt(std::optional<Admission> admission,
   // context outlives the call's end, which the engine waits for.
   std::shared_ptr<void> handle;
   if (running) handle = std::shared_ptr<void>(handle, setup_.app_context);
-  ride_ = engine_.RideFirstAttempt(std::move(admission), sent,
-                                   std::move(handle));
+  ride_ =
+      engine_.RideFirstAttempt(std::move(admission), sent, std::move(handle));
 }
 
 void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
@@ -386,14 +386,15 @@ void HijackedCall::TakeResult(EngineAttempt& last, FinalOutcome* out) {
   // riding call's is written when its status batch is served: a hedged
   // one's own call may still run, and gRPC writes its context as it ends.
   if (response_object_ != nullptr) {
-    description_ = ReadAttemptDescription(*context);
+    description_ =
+        std::make_unique<AttemptDescription>(ReadAttemptDescription(*context));
   } else if (setup_.app_context != nullptr) {
     DescribeFinalAttempt(*context, setup_.app_context);
   }
 }
 
 void HijackedCall::DescribeToApplication(const Batches& batches) {
-  if (description_.has_value() && !batches.empty() &&
+  if (description_ != nullptr && !batches.empty() &&
       setup_.app_context != nullptr) {
     WriteAttemptDescription(*description_, setup_.app_context);
   }

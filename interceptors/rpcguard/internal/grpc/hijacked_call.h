@@ -284,8 +284,9 @@ class HijackedCall final : public CallIo,
   std::shared_ptr<EngineAttempt> ride_;
   // A riding call's: what the application's context is to say of the final
   // attempt, written into it when its status batch is served (TakeResult,
-  // Conclude, ServeDecided: engine events, one at a time).
-  std::optional<AttemptDescription> description_;
+  // Conclude, ServeDecided: engine events, one at a time). On the heap: only
+  // a riding call that failed or hedged has one.
+  std::unique_ptr<AttemptDescription> description_;
   // Sent once (the constructor's `sent_once`): nothing is ever resent.
   const bool sent_once_;
   // How attempts travel: unary_, or stream_ once MakeStream made one.

@@ -30,6 +30,7 @@
 #include "rpcguard/base/uuid.h"
 #include "rpcguard/decision/call_plan.h"
 #include "rpcguard/decision/call_policy.h"
+#include "rpcguard/decision/hedging.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/call_policy_carrier.h"
 #include "rpcguard/internal/grpc/deadline.h"
@@ -37,7 +38,6 @@
 #include "rpcguard/internal/grpc/sending_scope.h"
 #include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc/timer_queue.h"
-#include "rpcguard/decision/hedging.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/observability/correlation.h"
@@ -72,6 +72,12 @@ struct HedgeRide {
   std::shared_ptr<HijackedCall> call ABSL_GUARDED_BY(mu);
   // Written before the call is proceeded, read at its end.
   TimerQueue::Handle timer;
+  // The hedge's delay, and the channel below rpcguard for the copies
+  // (moved out by whichever of the timer and the call's end builds the
+  // engine). Here, not in the interceptor: a call that is not hedged pays
+  // for none of it.
+  absl::Duration delay;
+  std::unique_ptr<grpc::ChannelInterface> channel;
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
@@ -352,15 +358,16 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   void ArmHedge(InterceptorBatchMethods* batch) {
     const HedgingPolicy& hedging = *policy().hedging;
     if (hedging.max_attempts < 2) return;
-    hedge_delay_ = HedgeDelay(hedging, method_->latency.get());
+    const absl::Duration delay = HedgeDelay(hedging, method_->latency.get());
     // Hedges are timed from the first copy's start, on gRPC's clock for
     // the timer queue; none is due past the caller's deadline.
-    const absl::Time due = own_call_started_ + hedge_delay_;
+    const absl::Time due = own_call_started_ + delay;
     if (due >= caller_deadline_.on_clock) return;
     hedge_ride_ = std::make_shared<HedgeRide>();
     hedge_ride_->owner = this;
+    hedge_ride_->delay = delay;
     // The channel below rpcguard, which only a batch gives.
-    hedge_channel_ = batch->GetInterceptedChannel();
+    hedge_ride_->channel = batch->GetInterceptedChannel();
     hedge_ride_->timer = factory_->hedge_timers()->Schedule(
         OnGrpcClock(due, factory_->clock()), hedge_ride_, &OnHedgeDue);
   }
@@ -390,7 +397,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
     setup.request.Swap(&request_);
-    setup.channel = std::move(hedge_channel_);
+    setup.channel = std::move(ride->channel);
     setup.rpc_method = &method_->RpcMethodFor(info_->channel());
     // Joined before anything can cancel it: a cancel then finds attempt 1.
     call->RideFirstAttempt(std::move(admission_), ride_response_,
@@ -526,8 +533,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.metadata = std::move(caller_metadata_);
     // kRide: what a retry resends; kMetadataOnly: the give-up hook's copy.
     setup.request.Swap(&request_);
-    if (hedge_channel_ != nullptr) {
-      setup.channel = std::move(hedge_channel_);
+    if (hedge_ride_ != nullptr && hedge_ride_->channel != nullptr) {
+      setup.channel = std::move(hedge_ride_->channel);
       setup.rpc_method = &method_->RpcMethodFor(info_->channel());
     }
     call->RideFirstAttempt(std::move(admission_), ride_response_,
@@ -566,7 +573,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       // adaptive delay learns its latency.
       event.copy = 1;
       factory_->stats()->RecordHedgedCall(method.stats, 1, false, 0,
-                                          hedge_delay_);
+                                          hedge_ride_->delay);
       if (method.latency != nullptr) {
         method.latency->Record(event.attempt_duration);
       }
@@ -651,10 +658,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // kHijack, kFailFast: the call that parks this call's batches.
   HijackedCall* call_for_batches_ = nullptr;
   // kRide, hedged (ArmHedge): the hedge's meeting point with the call's
-  // end, the delay, and the channel below rpcguard for the copies.
+  // end.
   std::shared_ptr<HedgeRide> hedge_ride_;
-  absl::Duration hedge_delay_;
-  std::unique_ptr<grpc::ChannelInterface> hedge_channel_;
 
   // A cancel may come on any thread, before or during the first batch.
   internal::Mutex mu_;
