@@ -34,7 +34,8 @@ grep -q '"figure": "burst", "client": "rpcguard"' "$out/burst.json" ||
   fail "no rpcguard burst figure"
 grep -q "^burst: rpcguard's breaker " "$out/burst.md" || fail "no burst target"
 
-# Issue 14's tail scenario, every client of its table, a few calls.
+# Issue 14's tail scenario, every client of its table, a few calls, on the
+# sync and the callback stub (where a hedged call rides its first copy).
 "$compare" --only=tail --calls=40 --rounds=1 --warmup=5 \
   --json="$out/tail.json" >"$out/tail.md" 2>"$out/tail.err" ||
   fail "--only=tail exited $? ($(cat "$out/tail.err"))"
@@ -44,6 +45,10 @@ grep -q '"tail": "tail", "client": "rpcguard-hedged-adaptive"' \
   "$out/tail.json" || fail "no rpcguard-hedged-adaptive tail cell"
 grep -q '^tail: rpcguard-hedged .* attempts/call (target <= 1.10: ' \
   "$out/tail.md" || fail "no tail target"
+rows=$(grep -c '^| tail, callback stub: ' "$out/tail.md" || true)
+[ "$rows" = 5 ] || fail "expected 5 callback tail rows, got $rows"
+grep -q '^tail/callback: rpcguard-hedged .* attempts/call (target <= 1.10: ' \
+  "$out/tail.md" || fail "no callback tail target"
 
 # Issue 23's streams: every stream scenario (bidi and CQ-async among them),
 # its four clients (the hijack floor among them, issue 31), a few

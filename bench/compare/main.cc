@@ -64,7 +64,8 @@ Flags:
   --only=TEXT        only scenarios whose key contains TEXT, e.g. none/sync/c1
                      (keys: FAULT/STUB/cN, FAULT one of none fail10 fail30
                      outage slow; outages: burst restart brownout
-                     overload; tails: tail slowdown; streams:
+                     overload; tails: tail slowdown, on the callback
+                     stub tail/callback slowdown/callback; streams:
                      streams/{none,fail30}/{server,client}/STUB, e.g.
                      --only=streams)
   --clients=A,B      only these clients (plain, pass-through, hijack-floor,

@@ -38,15 +38,25 @@ struct TailScenario {
   int late_percent;
   int late_ms;
   int delay_ms;
+  // The callers' stub: a hedged callback call rides its first copy, a sync
+  // one hijacks every copy (issue 31 part 1), so both are measured.
+  StubKind stub;
 };
 
 constexpr TailScenario kTailScenarios[] = {
-    {TailKind::kTail, "tail", "tail: 5% of attempts 80 ms late", 5, 80, 0},
+    {TailKind::kTail, "tail", "tail: 5% of attempts 80 ms late", 5, 80, 0,
+     StubKind::kSync},
     {TailKind::kSlowdown, "slowdown", "slowdown: every attempt 30 ms late", 0,
-     0, 30},
+     0, 30, StubKind::kSync},
+    {TailKind::kTail, "tail/callback",
+     "tail, callback stub: 5% of attempts 80 ms late", 5, 80, 0,
+     StubKind::kCallback},
+    {TailKind::kSlowdown, "slowdown/callback",
+     "slowdown, callback stub: every attempt 30 ms late", 0, 0, 30,
+     StubKind::kCallback},
 };
 
-// Closed-loop sync callers: enough calls a second for a 10 s window of
+// Closed-loop callers: enough calls a second for a 10 s window of
 // first attempts to fund hedges well beyond the reserve.
 constexpr int kTailCallers = 8;
 // rpcguard's default extra-load cap (HedgingPolicy::max_extra_load) and
@@ -89,7 +99,7 @@ absl::StatusOr<Round> RunTail(const Env& env, const TailScenario& scenario,
   absl::StatusOr<int64_t> before = env.control->TotalAttempts();
   if (!before.ok()) return before.status();
   LoadSpec spec;
-  spec.stub = StubKind::kSync;
+  spec.stub = scenario.stub;
   spec.concurrency = kTailCallers;
   spec.calls = plan.tail_calls;
   spec.deadline = plan.deadline;
@@ -138,7 +148,7 @@ class Tails : public Family {
                      static_cast<long long>(cell.pooled.calls), cell.success(),
                      cell.attempts_per_call(), cell.pooled.LatencyMs(0.99),
                      cell.pooled.LatencyMs(0.999));
-        cells_.push_back({tail->kind, std::move(cell)});
+        cells_.push_back({tail, std::move(cell)});
       }
     }
     return absl::OkStatus();
@@ -147,8 +157,9 @@ class Tails : public Family {
   std::string Preface(absl::Duration took) const override {
     RetrySettings shown;
     return absl::StrFormat(
-        "Issue 14's scenarios, %d round(s) of %lld calls pooled; %d sync "
-        "callers back to back, deadline %lld ms; fresh channels (rpcguard: a "
+        "Issue 14's scenarios, %d round(s) of %lld calls pooled; %d "
+        "callers back to back (sync stub; /callback: the callback stub), "
+        "deadline %lld ms; fresh channels (rpcguard: a "
         "fresh registry, its default breaker, retry budget and hedge cap) "
         "per measurement. tail: each attempt, drawn at random, is 80 ms late "
         "with probability 5%%. slowdown: every attempt 30 ms late. Nothing "
@@ -169,7 +180,7 @@ class Tails : public Family {
 
   std::vector<Row> Rows() const override {
     std::vector<Row> rows;
-    for (const auto& [kind, c] : cells_) {
+    for (const auto& [scenario, c] : cells_) {
       Row row;
       row.Both("scenario", "tail", c.title, JsonValue::String(c.key),
                /*right=*/false)
@@ -205,49 +216,49 @@ class Tails : public Family {
   std::string Targets() const override {
     std::string out = "\n";
     // The unhedged reference: plain, else rpcguard with retries only.
-    auto unhedged = [&](TailKind kind) -> const Measured* {
-      const Measured* c = Find(kind, ClientKind::kPlain);
-      return c != nullptr ? c : Find(kind, ClientKind::kRpcguard);
+    auto unhedged = [&](const TailScenario* scenario) -> const Measured* {
+      const Measured* c = Find(scenario, ClientKind::kPlain);
+      return c != nullptr ? c : Find(scenario, ClientKind::kRpcguard);
     };
-    for (ClientKind h :
-         {ClientKind::kRpcguardHedged, ClientKind::kRpcguardHedgedAdaptive}) {
-      const std::string name(ClientName(h));
-      const Measured* c = Find(TailKind::kTail, h);
-      const Measured* base = unhedged(TailKind::kTail);
-      if (c != nullptr) {
-        absl::StrAppendFormat(
-            &out, "tail: %s %.3f attempts/call (target <= 1.10: %s)", name,
-            c->attempts_per_call(),
-            c->attempts_per_call() <= 1.10 ? "met" : "NOT met");
-        if (base != nullptr && base->pooled.LatencyMs(0.99) > 0) {
-          const double ratio =
-              c->pooled.LatencyMs(0.99) / base->pooled.LatencyMs(0.99);
+    for (const TailScenario* scenario : scenarios_) {
+      for (ClientKind h :
+           {ClientKind::kRpcguardHedged, ClientKind::kRpcguardHedgedAdaptive}) {
+        const std::string name(ClientName(h));
+        const Measured* c = Find(scenario, h);
+        const Measured* base = unhedged(scenario);
+        if (c == nullptr) continue;
+        if (scenario->kind == TailKind::kTail) {
           absl::StrAppendFormat(
-              &out, "; p99 %.2f ms = %.2fx %s's %.2f ms (target <= 0.33x: %s)",
-              c->pooled.LatencyMs(0.99), ratio, ClientName(base->client),
-              base->pooled.LatencyMs(0.99),
-              ratio <= 1.0 / 3 ? "met" : "NOT met");
-        }
-        out.append("\n");
-      }
-      c = Find(TailKind::kSlowdown, h);
-      base = unhedged(TailKind::kSlowdown);
-      if (c != nullptr) {
-        const double cap = CapAttemptsPerCall(*c);
-        absl::StrAppendFormat(
-            &out,
-            "slowdown: %s %.3f attempts/call (target: within the cap, 1.05 + "
-            "reserve = %.3f: %s)",
-            name, c->attempts_per_call(), cap,
-            c->attempts_per_call() <= cap ? "met" : "NOT met");
-        if (base != nullptr) {
+              &out, "%s: %s %.3f attempts/call (target <= 1.10: %s)",
+              scenario->key, name, c->attempts_per_call(),
+              c->attempts_per_call() <= 1.10 ? "met" : "NOT met");
+          if (base != nullptr && base->pooled.LatencyMs(0.99) > 0) {
+            const double ratio =
+                c->pooled.LatencyMs(0.99) / base->pooled.LatencyMs(0.99);
+            absl::StrAppendFormat(
+                &out,
+                "; p99 %.2f ms = %.2fx %s's %.2f ms (target <= 0.33x: %s)",
+                c->pooled.LatencyMs(0.99), ratio, ClientName(base->client),
+                base->pooled.LatencyMs(0.99),
+                ratio <= 1.0 / 3 ? "met" : "NOT met");
+          }
+        } else {
+          const double cap = CapAttemptsPerCall(*c);
           absl::StrAppendFormat(
-              &out, "; p99 %.2f ms vs %s's %.2f ms (target <=: %s)",
-              c->pooled.LatencyMs(0.99), ClientName(base->client),
-              base->pooled.LatencyMs(0.99),
-              c->pooled.LatencyMs(0.99) <= base->pooled.LatencyMs(0.99)
-                  ? "met"
-                  : "NOT met");
+              &out,
+              "%s: %s %.3f attempts/call (target: within the cap, 1.05 + "
+              "reserve = %.3f: %s)",
+              scenario->key, name, c->attempts_per_call(), cap,
+              c->attempts_per_call() <= cap ? "met" : "NOT met");
+          if (base != nullptr) {
+            absl::StrAppendFormat(
+                &out, "; p99 %.2f ms vs %s's %.2f ms (target <=: %s)",
+                c->pooled.LatencyMs(0.99), ClientName(base->client),
+                base->pooled.LatencyMs(0.99),
+                c->pooled.LatencyMs(0.99) <= base->pooled.LatencyMs(0.99)
+                    ? "met"
+                    : "NOT met");
+          }
         }
         out.append("\n");
       }
@@ -256,9 +267,9 @@ class Tails : public Family {
   }
 
  private:
-  const Measured* Find(TailKind kind, ClientKind client) const {
-    for (const auto& [k, c] : cells_) {
-      if (k == kind && c.client == client) return &c;
+  const Measured* Find(const TailScenario* scenario, ClientKind client) const {
+    for (const auto& [s, c] : cells_) {
+      if (s == scenario && c.client == client) return &c;
     }
     return nullptr;
   }
@@ -266,7 +277,7 @@ class Tails : public Family {
   const Plan plan_;
   const std::vector<ClientKind> clients_;
   std::vector<const TailScenario*> scenarios_;
-  std::vector<std::pair<TailKind, Measured>> cells_;
+  std::vector<std::pair<const TailScenario*, Measured>> cells_;
 };
 
 }  // namespace
