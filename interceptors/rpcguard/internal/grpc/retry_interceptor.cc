@@ -19,6 +19,15 @@
 // Nothing touches `this` after Hijack() or after the last Proceed(): the
 // application may destroy its ClientContext, which owns the interceptor, as
 // soon as it sees the result.
+//
+// One file though it is over 600 lines: each mode's code moves the same
+// per-call members (the key, the caller's metadata, the request, the
+// admission) into a HijackedCall at the moment that mode hands the call
+// over, and the hedge ride (HedgeRide, ArmHedge, OnHedgeDue, EngageHedge)
+// is one more such moment. Split by mode, those members would need an
+// accessor or a friend in each part. Reading order: Intercept and
+// OnFirstBatch (the plan), SendOwnCall and the hedge ride, HijackCall,
+// then the own call's end (OwnCallSucceeded, OwnCallFailed).
 
 #include "rpcguard/internal/grpc/retry_interceptor.h"
 
