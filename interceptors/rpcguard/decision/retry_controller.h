@@ -38,7 +38,7 @@ struct AttemptEnd {
   // gRPC's client library made the failure itself (IsLocalError): the call
   // ends at once, and the destination is told nothing.
   bool local_error = false;
-  // The attempt never reached the server (IsNotSent, channel not READY).
+  // The attempt never reached the server (no transport took it).
   // When its retry may wait for the connection (`may_wait`) and the call
   // has a deadline, the retry waits (wait_for_connection) and does not use
   // up maxAttempts (the server never saw the attempt; like gRPC's

@@ -75,12 +75,14 @@ StatusCodeSet StatusCodeSet::DefaultRetriable() {
           grpc::StatusCode::ABORTED};
 }
 
+bool IsCredentialsPluginError(absl::string_view message) {
+  return absl::StartsWith(message,
+                          "Getting metadata from plugin failed with error: ");
+}
+
 bool IsLocalError(grpc::StatusCode code, absl::string_view message) {
   if (code == grpc::StatusCode::OK) return false;
-  if (absl::StartsWith(message,
-                       "Getting metadata from plugin failed with error: ")) {
-    return true;
-  }
+  if (IsCredentialsPluginError(message)) return true;
   if (code != grpc::StatusCode::RESOURCE_EXHAUSTED) return false;
   return absl::StartsWith(message, "Sent message larger than max (") ||
          absl::StartsWith(message, "Received message larger than max (") ||

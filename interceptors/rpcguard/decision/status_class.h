@@ -78,8 +78,9 @@ struct AttemptOutcome {
   // gRPC's client library made the failure itself (IsLocalError): it says
   // nothing about the destination.
   bool local_error = false;
-  // The attempt never reached the server (IsNotSent, on a channel that was
-  // not READY): no evidence about the server, and the server never saw it.
+  // The attempt never reached the server (no transport took it; where that
+  // is not known, IsNotSent on a channel that was not READY): no evidence
+  // about the server, and the server never saw it.
   bool not_sent = false;
 };
 
@@ -102,16 +103,26 @@ struct AttemptOutcome {
 // tests/e2e/local_errors_e2e_test.cc fails if a gRPC changes them.
 bool IsLocalError(grpc::StatusCode code, absl::string_view message);
 
+// Whether `message` is gRPC 1.51's word for a call-credentials plugin that
+// failed (one of IsLocalError's). Credentials are asked for before a
+// transport takes the call's headers, so the interceptor takes these words
+// as the client's own only for an attempt no transport took; on one a
+// transport took, they are a server relaying its own client's failure.
+bool IsCredentialsPluginError(absl::string_view message);
+
 // Whether a failed attempt's status is gRPC's own word that the call found
 // no connection to send it on, so that the server never saw it:
 //   UNAVAILABLE "failed to connect to all addresses; ..." (pick_first),
 //   UNAVAILABLE "connections to all backends failing; ..." (round_robin),
 //   UNAVAILABLE "empty address list: ...", "DNS resolution failed for ...".
 // The channel fails such a call at once when it is in TRANSIENT_FAILURE and
-// the call does not wait for ready. Words alone could be a server's, so the
-// interceptor also requires the channel not to be READY when the attempt
-// ends. Like IsLocalError's, the words are gRPC 1.51's, and
-// tests/e2e/local_errors_e2e_test.cc fails if a gRPC changes them.
+// the call does not wait for ready. The interceptor reads these words only
+// where it cannot see whether a transport took the attempt (ReachedTransport
+// in internal/grpc_1_51/context.h: another gRPC, a target written as an
+// address); words alone could be a server's, so it then also requires the
+// channel not to be READY when the attempt ends. Like IsLocalError's, the
+// words are gRPC 1.51's, and tests/e2e/local_errors_e2e_test.cc fails if a
+// gRPC changes them.
 bool IsNotSent(grpc::StatusCode code, absl::string_view message);
 
 // Classifies attempt outcomes. Thread-compatible value type.

@@ -28,7 +28,7 @@
 // does not count overload either), is a success (the server is up and
 // answering); the caller's own cancel or
 // deadline, an error the client made itself (IsLocalError), and an attempt
-// that never reached the server (IsNotSent: no connection) say nothing
+// that never reached the server (no transport took it) say nothing
 // about the server and are ignored. A failed attempt that its call retries
 // is not recorded either (internal/engine/retry_gate.h): the retry's result
 // speaks for the call, so a blip that one retry hides (a restart, a GOAWAY) is

@@ -123,8 +123,8 @@ struct AttemptReport {
   grpc::Status status;
   Pushback pushback;
   // gRPC's client library made the failure (IsLocalError); the attempt
-  // never reached the server (IsNotSent, channel not READY); its retry may
-  // wait for the connection (no explicit fail-fast).
+  // never reached the server (no transport took it: ReadAttemptEnd); its
+  // retry may wait for the connection (no explicit fail-fast).
   bool local_error = false;
   bool not_sent = false;
   bool may_wait = true;

@@ -123,7 +123,8 @@ void HijackedCall::OnAttemptEnded(EngineAttempt* attempt, grpc::Status status) {
   engine_.OnAttemptDone(
       attempt,
       ReadEnd(std::move(status),
-              ContextOf(attempt->context)->GetServerTrailingMetadata()),
+              ContextOf(attempt->context)->GetServerTrailingMetadata(),
+              *ContextOf(attempt->context)),
       nullptr);
 }
 
@@ -163,7 +164,8 @@ void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
   AttemptReport report =
-      ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata());
+      ReadEnd(std::move(status), *batch->GetRecvTrailingMetadata(),
+              *setup_.app_context);
   // Held to the end: the engine lets go of it.
   std::shared_ptr<EngineAttempt> attempt = std::move(ride_);
   // `batch` is the engine's now: filled and proceeded when the call is
@@ -176,7 +178,8 @@ void HijackedCall::Park(InterceptorBatchMethods* batch) { engine_.Park(batch); }
 AttemptReport ReadAttemptEnd(
     grpc::Status status,
     const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
-    grpc::ChannelInterface* channel, bool may_wait) {
+    std::optional<bool> reached_transport, grpc::ChannelInterface* channel,
+    bool may_wait) {
   AttemptReport r;
   if (!status.ok()) {
     auto it = trailers.find(kPushbackTrailer);
@@ -188,12 +191,26 @@ AttemptReport ReadAttemptEnd(
                                     trailers.count(kGaveUpTrailer) > 0;
     r.pushback.min_delay = ParseRetryInfo(status.error_details());
     r.local_error = IsLocalError(status.error_code(), status.error_message());
-    // The words alone could be a server's; a READY channel had a connection
-    // to send on.
-    r.not_sent = !r.local_error &&
-                 IsNotSent(status.error_code(), status.error_message()) &&
-                 channel != nullptr &&
-                 channel->GetState(false) != GRPC_CHANNEL_READY;
+    if (reached_transport.has_value()) {
+      // Credentials are asked for before a transport takes the headers: the
+      // plugin's words on an attempt a transport took are a server's,
+      // relaying its own client's failure.
+      if (*reached_transport &&
+          IsCredentialsPluginError(status.error_message())) {
+        r.local_error = false;
+      }
+      // A failed pick (no connection, no address, a balancer's refusal) is
+      // gRPC's UNAVAILABLE, whatever words it comes with.
+      r.not_sent = !r.local_error && !*reached_transport &&
+                   status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    } else {
+      // The words alone could be a server's; a READY channel had a
+      // connection to send on.
+      r.not_sent = !r.local_error &&
+                   IsNotSent(status.error_code(), status.error_message()) &&
+                   channel != nullptr &&
+                   channel->GetState(false) != GRPC_CHANNEL_READY;
+    }
   }
   r.may_wait = may_wait;
   r.status = std::move(status);
@@ -202,9 +219,14 @@ AttemptReport ReadAttemptEnd(
 
 AttemptReport HijackedCall::ReadEnd(
     grpc::Status status,
-    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const {
+    const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+    const grpc::ClientContext& context) const {
+  // Read only for a failure: a success needs no evidence.
+  std::optional<bool> reached;
+  if (!status.ok()) reached = ReachedTransport(context, setup_.app_channel);
   // An explicit fail-fast, the caller's or the config's, is kept.
-  return ReadAttemptEnd(std::move(status), trailers, setup_.channel.get(),
+  return ReadAttemptEnd(std::move(status), trailers, reached,
+                        setup_.channel.get(),
                         policy_.wait_for_ready.value_or(true) &&
                             setup_.caller.wait_for_ready.value_or(true));
 }

@@ -65,14 +65,19 @@ namespace internal {
 // caller's.
 bool CancellingOwnCall();
 
-// How an attempt ended, from its status, its trailers and the channel it
-// ran on (null: not known): one reading for every attempt, hijacked or the
-// application's own (sent once, or attempt 1 of a ride). `may_wait`: its
-// retry may wait for a connection (no explicit fail-fast).
+// How an attempt ended, from its status, its trailers, whether a transport
+// ever took it (ReachedTransport; nullopt: not known) and the channel it ran
+// on (null: not known): one reading for every attempt, hijacked or the
+// application's own (sent once, or attempt 1 of a ride). What was observed
+// comes before gRPC's words: an attempt a transport took reached a server,
+// whatever its message says; one no transport took reached none. Only where
+// that is not known do the words decide, guarded by the channel's state.
+// `may_wait`: its retry may wait for a connection (no explicit fail-fast).
 AttemptReport ReadAttemptEnd(
     grpc::Status status,
     const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
-    grpc::ChannelInterface* channel, bool may_wait);
+    std::optional<bool> reached_transport, grpc::ChannelInterface* channel,
+    bool may_wait);
 
 class HijackedCall final : public CallIo,
                            public EngineRecorder,
@@ -102,6 +107,9 @@ class HijackedCall final : public CallIo,
     // the core channel, to watch a parent call (null without one).
     grpc::ClientContext* app_context = nullptr;
     grpc_channel* core_channel = nullptr;
+    // The channel the application called (ClientRpcInfo's), whose target
+    // tells an attempt a transport took from one none did.
+    grpc::ChannelInterface* app_channel = nullptr;
     // The call's own MethodState, when it is a copy of a shared entry
     // (MethodState::ForCall), kept as long as the call; else null.
     std::shared_ptr<const MethodState> method_owner;
@@ -247,11 +255,13 @@ class HijackedCall final : public CallIo,
     HijackedCall* const call_;
   };
 
-  // How an attempt ended, from its status, trailers and the channel: one
-  // reading for every attempt, hijacked or the application's own.
+  // How an attempt ended, from its status, trailers, its context (its
+  // peer) and the channel: one reading for every attempt, hijacked or the
+  // application's own.
   AttemptReport ReadEnd(
       grpc::Status status,
-      const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) const;
+      const std::multimap<grpc::string_ref, grpc::string_ref>& trailers,
+      const grpc::ClientContext& context) const;
   // Fills in the attempt's context from the caller's (Setup), the refreshed
   // credentials and rpcguard's metadata; `deadline` is the attempt's, on
   // the injected clock.

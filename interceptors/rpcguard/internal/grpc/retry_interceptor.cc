@@ -519,6 +519,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.compression = app->compression_algorithm();
     setup.caller = ReadCallerSettings(*app);
     setup.app_context = app;
+    setup.app_channel = info_->channel();
     setup.server_link = server_link_;
     if (setup.caller.parent != nullptr) {
       setup.core_channel = CoreChannel(info_->channel());

@@ -2,11 +2,14 @@
 
 #include "rpcguard/internal/grpc_1_51/context.h"
 
+#include <grpc/support/alloc.h>
 #include <grpcpp/channel.h>
 
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "rpcguard/internal/grpc_1_51/grpc_version.h"
 
 namespace rpcguard {
@@ -124,6 +127,31 @@ grpc_channel* CoreChannel(grpc::ChannelInterface* channel) {
 #else
   (void)channel;
   return nullptr;
+#endif
+}
+
+std::optional<bool> ReachedTransport(const grpc::ClientContext& context,
+                                     grpc::ChannelInterface* channel) {
+#if RPCGUARD_GRPC_1_51
+  const std::string peer = context.peer();  // empty: no call
+  if (peer.empty()) return std::nullopt;
+  grpc_channel* core = CoreChannel(channel);
+  if (core == nullptr) return std::nullopt;
+  char* raw = grpc_channel_get_target(core);
+  const std::string target = raw == nullptr ? "" : raw;
+  gpr_free(raw);
+  // The forms a transport names its peer by: a target written so could be
+  // the very peer a transport reports.
+  for (absl::string_view form :
+       {"ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:", "inproc"}) {
+    if (absl::StartsWith(target, form)) return std::nullopt;
+  }
+  if (target.empty()) return std::nullopt;
+  return peer != target;
+#else
+  (void)context;
+  (void)channel;
+  return std::nullopt;
 #endif
 }
 

@@ -83,6 +83,18 @@ void WriteAttemptDescription(const AttemptDescription& description,
 // ClientRpcInfo names; null on another gRPC or another kind of channel.
 grpc_channel* CoreChannel(grpc::ChannelInterface* channel);
 
+// Whether the call made with `context` on `channel` (the grpc::Channel an
+// interceptor's ClientRpcInfo names) was ever taken by a transport: gRPC 1.51
+// names a call's peer by the channel's target until a transport takes its
+// headers, and by the transport's address from then on. Read once the call
+// has ended. A call never taken reached no server, whatever its status
+// says. Unknown (nullopt) on another gRPC, on another kind of channel, for a
+// context with no call, and on a channel whose target is written as an
+// address (ipv4:, ipv6:, unix:, unix-abstract:, vsock:, or an in-process
+// channel), which a transport's peer could equal.
+std::optional<bool> ReachedTransport(const grpc::ClientContext& context,
+                                     grpc::ChannelInterface* channel);
+
 }  // namespace internal
 }  // namespace rpcguard
 

@@ -195,6 +195,9 @@ class ParentServer final : public FaultService::CallbackService {
   }
 
   FaultService::Stub* stub() { return stub_.get(); }
+  grpc::ChannelInterface* channel() { return channel_.get(); }
+  int port() const { return port_; }
+  grpc::Server* server() { return server_.get(); }
 
  private:
   Handler handler_;
@@ -250,6 +253,109 @@ TEST(ContextAccessTest, DescribeFinalAttemptSetsWhatTheCallerReads) {
   }
   EXPECT_EQ(caller.auth_context(), attempt.auth_context());
   EXPECT_EQ(caller.debug_error_string(), attempt.debug_error_string());
+}
+
+// The fact rpcguard reads before any message text: whether a transport
+// ever took the call. gRPC 1.51 names the peer of a call no transport took
+// by the channel's target.
+TEST(ReachedTransportTest, ACallNoServerTookWasNotTaken) {
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  auto stub = FaultService::NewStub(channel);
+  grpc::ClientContext ctx;  // fail fast: no wait for a connection
+  FaultReply reply;
+  const grpc::Status status = stub->Get(&ctx, FaultRequest(), &reply);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const std::optional<bool> reached = ReachedTransport(ctx, channel.get());
+  if (!kFastPaths) {
+    EXPECT_FALSE(reached.has_value());
+    return;
+  }
+  ASSERT_TRUE(reached.has_value()) << "peer " << ctx.peer();
+  EXPECT_FALSE(*reached) << "peer " << ctx.peer();
+}
+
+TEST(ReachedTransportTest, AServersAnswerInGrpcsOwnWordsWasTaken) {
+  ParentServer server(
+      [](grpc::CallbackServerContext*, grpc::ServerUnaryReactor* reactor) {
+        reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     "failed to connect to all addresses"));
+      });
+  grpc::ClientContext ctx;
+  FaultReply reply;
+  ASSERT_EQ(server.stub()->Get(&ctx, FaultRequest(), &reply).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  const std::optional<bool> reached = ReachedTransport(ctx, server.channel());
+  if (!kFastPaths) {
+    EXPECT_FALSE(reached.has_value());
+    return;
+  }
+  ASSERT_TRUE(reached.has_value());
+  EXPECT_TRUE(*reached) << "peer " << ctx.peer();
+}
+
+TEST(ReachedTransportTest, ANameResolvedTargetIsTakenByItsAddress) {
+  ParentServer server(
+      [](grpc::CallbackServerContext*, grpc::ServerUnaryReactor* reactor) {
+        reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED, "busy"));
+      });
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("dns:///localhost:", server.port()),
+                          grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  FaultReply reply;
+  ASSERT_EQ(FaultService::NewStub(channel)
+                ->Get(&ctx, FaultRequest(), &reply)
+                .error_code(),
+            grpc::StatusCode::ABORTED);
+  const std::optional<bool> reached = ReachedTransport(ctx, channel.get());
+  if (!kFastPaths) return;
+  ASSERT_TRUE(reached.has_value());
+  EXPECT_TRUE(*reached) << "peer " << ctx.peer();
+}
+
+// Targets a transport's peer could equal: the fact is not known there, and
+// rpcguard falls back to gRPC's words (docs/limits.md).
+TEST(ReachedTransportTest, UnknownWhereTheTargetIsWrittenAsAnAddress) {
+  ParentServer server(
+      [](grpc::CallbackServerContext*, grpc::ServerUnaryReactor* reactor) {
+        reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED, "busy"));
+      });
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("ipv4:127.0.0.1:", server.port()),
+                          grpc::InsecureChannelCredentials());
+  grpc::ClientContext ctx;
+  FaultReply reply;
+  ASSERT_EQ(FaultService::NewStub(channel)
+                ->Get(&ctx, FaultRequest(), &reply)
+                .error_code(),
+            grpc::StatusCode::ABORTED);
+  if (kFastPaths) {
+    // Why it cannot be known: the transport's peer is the target itself.
+    EXPECT_EQ(ctx.peer(), absl::StrCat("ipv4:127.0.0.1:", server.port()));
+  }
+  EXPECT_FALSE(ReachedTransport(ctx, channel.get()).has_value());
+
+  auto inproc = server.server()->InProcessChannel(grpc::ChannelArguments());
+  grpc::ClientContext in_ctx;
+  ASSERT_EQ(FaultService::NewStub(inproc)
+                ->Get(&in_ctx, FaultRequest(), &reply)
+                .error_code(),
+            grpc::StatusCode::ABORTED);
+  EXPECT_FALSE(ReachedTransport(in_ctx, inproc.get()).has_value())
+      << "peer " << in_ctx.peer();
+}
+
+TEST(ReachedTransportTest, UnknownForAContextWithNoCall) {
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials());
+  grpc::ClientContext never_used;
+  EXPECT_FALSE(ReachedTransport(never_used, channel.get()).has_value());
+  grpc::ClientContext ctx;
+  FaultReply reply;
+  ASSERT_FALSE(
+      FaultService::NewStub(channel)->Get(&ctx, FaultRequest(), &reply).ok());
+  EXPECT_FALSE(ReachedTransport(ctx, nullptr).has_value());
 }
 
 // A TCP port that accepts connections and counts them, to see a channel
