@@ -165,8 +165,6 @@ class HedgeController {
   // now, or earlier for a copy that was the application's own call):
   // returns when the hedge timer is due.
   absl::Time Start(absl::Time first_sent);
-  // The first copy is sent now.
-  absl::Time Start() { return Start(clock_->MonotonicNow()); }
 
   // The hedge timer fired: whether to send another copy. `allowed` is the
   // destination's say (breaker closed and hedge budget granted); a refused

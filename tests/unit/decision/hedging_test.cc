@@ -164,7 +164,7 @@ TEST_F(HedgeControllerTest, AWallClockStepMovesNoHedgeTimer) {
     const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
     HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
     const absl::Time start = clock_.MonotonicNow();
-    EXPECT_EQ(c.Start(), start + absl::Milliseconds(30));
+    EXPECT_EQ(c.Start(clock_.MonotonicNow()), start + absl::Milliseconds(30));
     clock_.StepWall(step);
     clock_.Advance(absl::Milliseconds(30));
     const HedgeController::Step s = c.OnTimer(true);
@@ -177,7 +177,8 @@ TEST_F(HedgeControllerTest, AWallClockStepMovesNoHedgeTimer) {
 TEST_F(HedgeControllerTest, NextCopyAfterTheDelayThenTheFirstOkWins) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  EXPECT_EQ(c.Start(), clock_.MonotonicNow() + absl::Milliseconds(30));
+  EXPECT_EQ(c.Start(clock_.MonotonicNow()),
+            clock_.MonotonicNow() + absl::Milliseconds(30));
   clock_.Advance(absl::Milliseconds(30));
   HedgeController::Step s = c.OnTimer(true);
   EXPECT_TRUE(s.send);
@@ -201,7 +202,7 @@ TEST_F(HedgeControllerTest, NextCopyAfterTheDelayThenTheFirstOkWins) {
 TEST_F(HedgeControllerTest, NoHedgeWhenTheFirstCopyEndsInTime) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(10));
   const HedgeController::Step s =
       c.OnCopyEnd(1, StatusCode::OK, kNone, false, true);
@@ -215,7 +216,7 @@ TEST_F(HedgeControllerTest, NoHedgeWhenTheFirstCopyEndsInTime) {
 TEST_F(HedgeControllerTest, NonFatalFailureStartsTheNextAtOnce) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(5));
   HedgeController::Step s =
       c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
@@ -234,7 +235,7 @@ TEST_F(HedgeControllerTest, NonFatalFailureStartsTheNextAtOnce) {
 TEST_F(HedgeControllerTest, FatalFailureEndsTheCallAndCancelsTheRest) {
   const HedgingPolicy p = Policy(3, absl::ZeroDuration());
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   EXPECT_TRUE(c.OnTimer(true).send);  // delay 0: every copy at once
   EXPECT_TRUE(c.OnTimer(true).send);
   EXPECT_FALSE(c.OnTimer(true).send);  // maxAttempts 3
@@ -247,7 +248,7 @@ TEST_F(HedgeControllerTest, FatalFailureEndsTheCallAndCancelsTheRest) {
 TEST_F(HedgeControllerTest, CallerCancelEndsEverything) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(10));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(10));
   ASSERT_TRUE(c.OnTimer(true).send);
   const HedgeController::Step s = c.OnCopyEnd(1, StatusCode::CANCELLED, kNone,
@@ -260,7 +261,7 @@ TEST_F(HedgeControllerTest, PushbackDelaysTheNextCopyOrStopsThem) {
   const HedgingPolicy p = Policy(4, absl::Milliseconds(30));
   {
     HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-    c.Start();
+    c.Start(clock_.MonotonicNow());
     Pushback wait;
     wait.kind = Pushback::Kind::kRetryAfter;
     wait.delay = absl::Milliseconds(200);
@@ -279,7 +280,7 @@ TEST_F(HedgeControllerTest, PushbackDelaysTheNextCopyOrStopsThem) {
   }
   {
     HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-    c.Start();
+    c.Start(clock_.MonotonicNow());
     clock_.Advance(absl::Milliseconds(30));
     ASSERT_TRUE(c.OnTimer(true).send);
     Pushback stop;
@@ -301,7 +302,7 @@ TEST_F(HedgeControllerTest, PushbackDelaysTheNextCopyOrStopsThem) {
 TEST_F(HedgeControllerTest, RefusedHedgesAreNotRetried) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(30));
   HedgeController::Step s = c.OnTimer(/*allowed=*/false);
   EXPECT_FALSE(s.send);
@@ -317,7 +318,7 @@ TEST_F(HedgeControllerTest, RefusedHedgesAreNotRetried) {
 TEST_F(HedgeControllerTest, ARefusedCopyStopsTheCopies) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   HedgeController::Step s =
       c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true);
   ASSERT_TRUE(s.send);
@@ -332,7 +333,7 @@ TEST_F(HedgeControllerTest, ARefusedCopyStopsTheCopies) {
 TEST_F(HedgeControllerTest, ARefusedHedgeStillLetsAFailureBeReplaced) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Seconds(1)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(30));
   ASSERT_TRUE(c.OnTimer(true).send);
   HedgeController::Step s = c.OnRefused(/*hedge=*/true);
@@ -351,7 +352,7 @@ TEST_F(HedgeControllerTest, ARefusedHedgeStillLetsAFailureBeReplaced) {
 TEST_F(HedgeControllerTest, NoCopyAfterTheDeadline) {
   const HedgingPolicy p = Policy(3, absl::Milliseconds(30));
   HedgeController c(p, p.delay, Deadline(absl::Milliseconds(20)), &clock_);
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   clock_.Advance(absl::Milliseconds(30));
   EXPECT_FALSE(c.OnTimer(true).send);
   const HedgeController::Step s =
@@ -372,7 +373,7 @@ class HedgeServerDelayTest : public ::testing::Test {
                               absl::Duration time_to_deadline) {
     c_.emplace(policy_, policy_.delay, clock_.MonotonicNow() + time_to_deadline,
                &clock_, absl::Milliseconds(2));
-    c_->Start();
+    c_->Start(clock_.MonotonicNow());
     return c_->OnCopyEnd(1, StatusCode::UNAVAILABLE, hint, false, true);
   }
 
@@ -477,7 +478,7 @@ TEST_F(HedgeServerDelayTest, ANegativePushbackStopsWithOrWithoutADeadline) {
 TEST_F(HedgeServerDelayTest, ADelayThatDoesNotFitLetsTheCopiesInFlightEnd) {
   c_.emplace(policy_, policy_.delay, clock_.MonotonicNow() + absl::Seconds(30),
              &clock_, absl::Milliseconds(2));
-  c_->Start();
+  c_->Start(clock_.MonotonicNow());
   clock_.Advance(policy_.delay);
   ASSERT_TRUE(c_->OnTimer(true).send);
   HedgeController::Step s = c_->OnCopyEnd(
@@ -498,7 +499,7 @@ TEST_F(HedgeServerDelayTest, WithTheCopiesSpentTheDelayIsNotJudged) {
   const HedgingPolicy two = Policy(2, absl::Milliseconds(30));
   HedgeController c(two, two.delay, clock_.MonotonicNow() + absl::Seconds(1),
                     &clock_, absl::Milliseconds(2));
-  c.Start();
+  c.Start(clock_.MonotonicNow());
   ASSERT_TRUE(c.OnCopyEnd(1, StatusCode::UNAVAILABLE, kNone, false, true).send);
   const HedgeController::Step s = c.OnCopyEnd(
       2, StatusCode::UNAVAILABLE, RetryAfter(absl::Seconds(90)), false, true);
