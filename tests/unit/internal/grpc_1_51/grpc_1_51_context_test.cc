@@ -294,26 +294,6 @@ TEST(ReachedTransportTest, AServersAnswerInGrpcsOwnWordsWasTaken) {
   EXPECT_TRUE(*reached) << "peer " << ctx.peer();
 }
 
-TEST(ReachedTransportTest, ANameResolvedTargetIsTakenByItsAddress) {
-  ParentServer server(
-      [](grpc::CallbackServerContext*, grpc::ServerUnaryReactor* reactor) {
-        reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED, "busy"));
-      });
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("dns:///localhost:", server.port()),
-                          grpc::InsecureChannelCredentials());
-  grpc::ClientContext ctx;
-  FaultReply reply;
-  ASSERT_EQ(FaultService::NewStub(channel)
-                ->Get(&ctx, FaultRequest(), &reply)
-                .error_code(),
-            grpc::StatusCode::ABORTED);
-  const std::optional<bool> reached = ReachedTransport(ctx, channel.get());
-  if (!kFastPaths) return;
-  ASSERT_TRUE(reached.has_value());
-  EXPECT_TRUE(*reached) << "peer " << ctx.peer();
-}
-
 // Targets a transport's peer could equal: the fact is not known there, and
 // rpcguard falls back to gRPC's words (docs/limits.md).
 TEST(ReachedTransportTest, UnknownWhereTheTargetIsWrittenAsAnAddress) {
