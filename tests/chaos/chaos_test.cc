@@ -250,6 +250,8 @@ absl::Time WallDeadline(gpr_timespec t) {
 struct ThreadMark {
   pid_t thread = 0;
   long involuntary_switches = 0;  // NOLINT(runtime/int): getrusage's type
+  // Times the thread gave up the CPU itself: it blocked (a lock, a wait).
+  long voluntary_switches = 0;  // NOLINT(runtime/int)
 
   static ThreadMark Now() {
     ThreadMark m;
@@ -257,6 +259,7 @@ struct ThreadMark {
     struct rusage usage;
     if (getrusage(RUSAGE_THREAD, &usage) == 0) {
       m.involuntary_switches = usage.ru_nivcsw;
+      m.voluntary_switches = usage.ru_nvcsw;
     }
     return m;
   }
@@ -265,6 +268,20 @@ struct ThreadMark {
   bool SwitchedOutBefore(const ThreadMark& later) const {
     return thread != 0 && later.thread == thread &&
            later.involuntary_switches > involuntary_switches;
+  }
+  // For a violation's message: where the later mark was taken against this
+  // one, so that a thread that blocked (voluntary switches: a lock, a wait)
+  // is told from one the kernel preempted and from another thread.
+  std::string Describe(const ThreadMark& later) const {
+    if (thread == 0 || later.thread != thread) {
+      return absl::StrCat("on thread ", later.thread, ", not the caller's (",
+                          thread, ")");
+    }
+    return absl::StrCat("on the caller's thread, which blocked ",
+                        later.voluntary_switches - voluntary_switches,
+                        " and was preempted ",
+                        later.involuntary_switches - involuntary_switches,
+                        " times since the issue");
   }
 };
 
@@ -1414,9 +1431,12 @@ int64_t Chaos::CheckAndReport() {
           continue;
         }
         if (late_race) {
-          cancel.Fail(absl::StrCat(r.op_id, " attempt ", a.number, " started ",
-                                   absl::FormatDuration(after),
-                                   " after the cancel"));
+          cancel.Fail(absl::StrCat(
+              r.op_id, " attempt ", a.number, " started ",
+              absl::FormatDuration(after), " after the cancel, ",
+              r.issued_on.Describe(a.started_on), "; ",
+              absl::FormatDuration(stalls_.StalledWithin(known, a.start)),
+              " of process stalls between"));
         } else if (!numbered || number < 1) {
           cancel.Fail(absl::StrCat(r.op_id, ": an attempt numbered '", a.number,
                                    "' after the cancel"));
