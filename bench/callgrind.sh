@@ -11,11 +11,13 @@
 # under callgrind for the scenario
 # none/STUB/c1 (no faults, one caller; --callers=8 runs none/STUB/c8, whose
 # N calls are shared by 8 callers), once per CLIENT (default: plain
-# rpcguard; also pass-through, hijack-floor, grpc-retry; e.g. `hijack-floor
-# rpcguard` shows what rpcguard adds to the hijacking mechanism). The fault
-# server runs natively in its own process: valgrind does not follow the
-# fork. compare zeroes callgrind's counters when the measured load starts and
-# dumps them when it ends (CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT in
+# rpcguard; also pass-through, pass-through-headers, hijack-floor,
+# hijack-floor-headers, grpc-retry; e.g. `hijack-floor rpcguard` shows what
+# rpcguard adds to the hijacking mechanism, `hijack-floor-headers
+# rpcguard` what it adds beyond its two headers). The fault server runs
+# natively in its own process: valgrind does not follow the fork. compare
+# zeroes callgrind's counters when the measured load starts and dumps them
+# when it ends (CALLGRIND_ZERO_STATS / CALLGRIND_DUMP_STATS_AT in
 # bench/load.cc), so the dump used holds exactly N calls and nothing of
 # start-up or warm-up.
 # For each client the command is:

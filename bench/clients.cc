@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "bench/stream_floor.h"
+#include "rpcguard/base/uuid.h"
 #include "rpcguard/rpcguard.h"
 
 namespace rpcguard {
@@ -39,20 +40,36 @@ using ::grpc::experimental::ClientRpcInfo;
 using ::grpc::experimental::InterceptionHookPoints;
 using ::grpc::experimental::InterceptorBatchMethods;
 
-// The floor for any interceptor design: it only proceeds.
+// The floor for any interceptor design: it only proceeds; with `headers`
+// (kPassThroughHeaders), after adding rpcguard's two headers to the call's
+// initial metadata, as rpcguard adds them to a call it does not hijack.
 class PassThroughInterceptor final : public grpc::experimental::Interceptor {
  public:
+  explicit PassThroughInterceptor(bool headers) : headers_(headers) {}
   void Intercept(InterceptorBatchMethods* methods) override {
+    if (headers_ && methods->QueryInterceptionHookPoint(
+                        InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      auto* md = methods->GetSendInitialMetadata();
+      md->emplace(kIdempotencyKeyHeader, NewUuidV4(*Random::Default()));
+      md->emplace(kAttemptHeader, "1");
+    }
     methods->Proceed();
   }
+
+ private:
+  const bool headers_;
 };
 
 class PassThroughFactory final : public ClientInterceptorFactoryInterface {
  public:
+  explicit PassThroughFactory(bool headers) : headers_(headers) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       ClientRpcInfo* /*info*/) override {
-    return new PassThroughInterceptor;
+    return new PassThroughInterceptor(headers_);
   }
+
+ private:
+  const bool headers_;
 };
 
 // One call of HijackFloorInterceptor: what its single attempt needs, and the
@@ -70,10 +87,19 @@ class HijackFloorCall {
   }
 
   // Starts the attempt, a callback-API call on `channel` (the channel below
-  // the interceptor) with the caller's deadline.
-  void Start(grpc::ChannelInterface* channel, gpr_timespec deadline) {
+  // the interceptor) with the caller's deadline; `headers`: with rpcguard's
+  // two (kHijackFloorHeaders).
+  void Start(grpc::ChannelInterface* channel, gpr_timespec deadline,
+             bool headers) {
     context_.emplace();
     context_->set_deadline(deadline);
+    if (headers) {
+      // As rpcguard builds them: a key drawn for the call, then each header
+      // added to the attempt's context.
+      const std::string key = NewUuidV4(*Random::Default());
+      context_->AddMetadata(kIdempotencyKeyHeader, key);
+      context_->AddMetadata(kAttemptHeader, "1");
+    }
     // One pointer: the std::function keeps it without an allocation.
     HijackFloorCall* const self = this;
     grpc::internal::CallbackUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
@@ -171,7 +197,8 @@ class HijackFloorCall {
 // same for a stream.
 class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit HijackFloorInterceptor(ClientRpcInfo* info) : info_(info) {}
+  HijackFloorInterceptor(ClientRpcInfo* info, bool headers)
+      : info_(info), headers_(headers) {}
 
   void Intercept(InterceptorBatchMethods* batch) override {
     if (batch->QueryInterceptionHookPoint(
@@ -216,7 +243,8 @@ class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
         batch->GetInterceptedChannel();
     call_ = call;
     hijacked_ = true;
-    call->Start(channel.get(), info_->client_context()->raw_deadline());
+    call->Start(channel.get(), info_->client_context()->raw_deadline(),
+                headers_);
     // Re-enters Intercept() with this batch's receive hooks, which park.
     batch->Hijack();
   }
@@ -241,6 +269,7 @@ class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
   }
 
   ClientRpcInfo* const info_;
+  const bool headers_;
   // Written by the first batch before Hijack(); read only by the batch that
   // Hijack() re-enters with, before it is parked.
   bool hijacked_ = false;
@@ -251,10 +280,14 @@ class HijackFloorInterceptor final : public grpc::experimental::Interceptor {
 
 class HijackFloorFactory final : public ClientInterceptorFactoryInterface {
  public:
+  explicit HijackFloorFactory(bool headers) : headers_(headers) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(
       ClientRpcInfo* info) override {
-    return new HijackFloorInterceptor(info);
+    return new HijackFloorInterceptor(info, headers_);
   }
+
+ private:
+  const bool headers_;
 };
 
 // Arguments every client starts from: a subchannel pool of its own, so no
@@ -283,8 +316,12 @@ absl::string_view ClientName(ClientKind kind) {
       return "plain";
     case ClientKind::kPassThrough:
       return "pass-through";
+    case ClientKind::kPassThroughHeaders:
+      return "pass-through-headers";
     case ClientKind::kHijackFloor:
       return "hijack-floor";
+    case ClientKind::kHijackFloorHeaders:
+      return "hijack-floor-headers";
     case ClientKind::kGrpcRetry:
       return "grpc-retry";
     case ClientKind::kGrpcRetryThrottled:
@@ -304,13 +341,15 @@ absl::StatusOr<ClientKind> ParseClientName(absl::string_view name) {
     if (ClientName(kind) == name) return kind;
   }
   for (ClientKind kind :
-       {ClientKind::kGrpcRetryThrottled, ClientKind::kRpcguardHedged,
+       {ClientKind::kPassThroughHeaders, ClientKind::kHijackFloorHeaders,
+        ClientKind::kGrpcRetryThrottled, ClientKind::kRpcguardHedged,
         ClientKind::kRpcguardHedgedAdaptive}) {
     if (ClientName(kind) == name) return kind;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown client \"", name,
-                   "\" (want plain, pass-through, hijack-floor, grpc-retry, "
+                   "\" (want plain, pass-through, pass-through-headers, "
+                   "hijack-floor, hijack-floor-headers, grpc-retry, "
                    "grpc-retry-throttled, rpcguard, rpcguard-hedged or "
                    "rpcguard-hedged-adaptive)"));
 }
@@ -517,16 +556,20 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeClientChannel(
     case ClientKind::kPlain:
       return grpc::CreateCustomChannel(
           target, grpc::InsecureChannelCredentials(), BaseArgs());
-    case ClientKind::kPassThrough: {
+    case ClientKind::kPassThrough:
+    case ClientKind::kPassThroughHeaders: {
       std::vector<std::unique_ptr<ClientInterceptorFactoryInterface>> factories;
-      factories.push_back(std::make_unique<PassThroughFactory>());
+      factories.push_back(std::make_unique<PassThroughFactory>(
+          kind == ClientKind::kPassThroughHeaders));
       return grpc::experimental::CreateCustomChannelWithInterceptors(
           target, grpc::InsecureChannelCredentials(), BaseArgs(),
           std::move(factories));
     }
-    case ClientKind::kHijackFloor: {
+    case ClientKind::kHijackFloor:
+    case ClientKind::kHijackFloorHeaders: {
       std::vector<std::unique_ptr<ClientInterceptorFactoryInterface>> factories;
-      factories.push_back(std::make_unique<HijackFloorFactory>());
+      factories.push_back(std::make_unique<HijackFloorFactory>(
+          kind == ClientKind::kHijackFloorHeaders));
       return grpc::experimental::CreateCustomChannelWithInterceptors(
           target, grpc::InsecureChannelCredentials(), BaseArgs(),
           std::move(factories));

@@ -6,11 +6,20 @@
 //   kPlain        a plain channel: the floor;
 //   kPassThrough  an interceptor that only calls Proceed: the floor for any
 //                 interceptor design;
+//   kPassThroughHeaders  the same, adding the two headers rpcguard puts on
+//                 every call (a fresh UUID-v4 idempotency key and the
+//                 attempt number "1") to the call's initial metadata: what
+//                 they cost on their own on a call rpcguard does not hijack;
 //   kHijackFloor  an interceptor that hijacks every unary call and makes
 //                 exactly one attempt on the channel below it, nothing else
 //                 (no retries, metadata or policy): the floor for any
 //                 retrying interceptor built on gRPC's hijacking, which
 //                 rpcguard is;
+//   kHijackFloorHeaders  the same floor, its attempt carrying the two
+//                 headers rpcguard puts on every attempt (a fresh UUID-v4
+//                 idempotency key and the attempt number "1"): what those
+//                 headers cost on their own (gRPC validates, copies and
+//                 HPACK-encodes each), apart from rpcguard's other work;
 //   kGrpcRetry    gRPC's built-in retry: the parameters as a service-config
 //                 retryPolicy (plus retryThrottling when the scenario has a
 //                 budget), on a plain grpc::CreateCustomChannel;
@@ -50,7 +59,9 @@ namespace bench {
 enum class ClientKind {
   kPlain,
   kPassThrough,
+  kPassThroughHeaders,
   kHijackFloor,
+  kHijackFloorHeaders,
   kGrpcRetry,
   kGrpcRetryThrottled,
   kRpcguard,
@@ -76,7 +87,8 @@ inline constexpr ClientKind kTailClients[] = {
     ClientKind::kPlain, ClientKind::kGrpcRetry, ClientKind::kRpcguard,
     ClientKind::kRpcguardHedged, ClientKind::kRpcguardHedgedAdaptive};
 
-// "plain", "pass-through", "hijack-floor", "grpc-retry",
+// "plain", "pass-through", "pass-through-headers", "hijack-floor",
+// "hijack-floor-headers", "grpc-retry",
 // "grpc-retry-throttled", "rpcguard", "rpcguard-hedged",
 // "rpcguard-hedged-adaptive".
 absl::string_view ClientName(ClientKind kind);
