@@ -60,8 +60,7 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
 
 Decision RetryController::OnAttemptEnd(const AttemptEnd& end,
                                        const Pushback& pushback,
-                                       absl::BitGenRef gen) {
-  const absl::Time now = clock_->MonotonicNow();
+                                       absl::BitGenRef gen, absl::Time now) {
   const AttemptOutcome outcome = OutcomeAt(end, now);
   const grpc::StatusCode code = end.code;
   const bool caller_cancelled = end.caller_cancelled;

@@ -90,7 +90,13 @@ class RetryController {
 
   // Records how the current attempt ended and decides what comes next.
   Decision OnAttemptEnd(const AttemptEnd& end, const Pushback& pushback,
-                        absl::BitGenRef gen);
+                        absl::BitGenRef gen) {
+    return OnAttemptEnd(end, pushback, gen, clock_->MonotonicNow());
+  }
+  // The same, the attempt having ended at `now`, a reading of this
+  // controller's clock the caller has already taken.
+  Decision OnAttemptEnd(const AttemptEnd& end, const Pushback& pushback,
+                        absl::BitGenRef gen, absl::Time now);
   // The same for an attempt that ended with `code`, not a local error;
   // `caller_cancelled`: the caller cancelled while it ran.
   Decision OnAttemptEnd(grpc::StatusCode code, const Pushback& pushback,

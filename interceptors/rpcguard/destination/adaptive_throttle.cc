@@ -65,9 +65,13 @@ double AdaptiveThrottle::Probability(absl::Time now) const {
 
 bool AdaptiveThrottle::Admit() {
   // Only accepts in the window: requests == accepts, so the probability is
-  // 0 for any k >= 1.
+  // 0 for any k >= 1; no clock read.
   if (Settled()) return true;
-  const absl::Time now = clock_->MonotonicNow();
+  return Admit(clock_->MonotonicNow());
+}
+
+bool AdaptiveThrottle::Admit(absl::Time now) {
+  if (Settled()) return true;
   const double p = Probability(now);
   if (p <= 0) return true;
   // 53 random bits: a uniform double in [0, 1).
@@ -79,7 +83,10 @@ bool AdaptiveThrottle::Admit() {
 }
 
 void AdaptiveThrottle::RecordAnswer(bool overloaded) {
-  const absl::Time now = clock_->MonotonicNow();
+  RecordAnswer(overloaded, clock_->MonotonicNow());
+}
+
+void AdaptiveThrottle::RecordAnswer(bool overloaded, absl::Time now) {
   window_.Add(now, 1, overloaded ? 0 : 1);
   if (overloaded) {
     Unsettle(now);

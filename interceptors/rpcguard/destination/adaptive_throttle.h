@@ -106,10 +106,15 @@ class AdaptiveThrottle {
   // Whether an attempt may be sent now: false with the probability above
   // (drawn only when it is above 0). A refusal is counted as a request.
   bool Admit();
+  // The same at `now`, a reading of this throttle's clock the caller has
+  // already taken (one read for several questions).
+  bool Admit(absl::Time now);
 
   // Records the server's answer to an admitted attempt: `overloaded` for an
   // overload rejection. Not for attempts that never reached the server.
   void RecordAnswer(bool overloaded);
+  // The same, the answer having come at `now` (as for Admit).
+  void RecordAnswer(bool overloaded, absl::Time now);
 
   // Whether an overload rejection may be retried now: fewer than
   // burstRejections of them in the last second.

@@ -300,13 +300,21 @@ Admission CircuitBreaker::Admit() {
 }
 
 void CircuitBreaker::Record(const Admission& admission, AttemptResult result) {
+  if (!Counts(admission, result)) return;  // no clock read
+  Record(admission, result, clock_->MonotonicNow());
+}
+
+bool CircuitBreaker::Counts(const Admission& admission, AttemptResult result) {
   if (!admission.allowed_ || admission.state_ == BreakerState::kDisabled) {
-    return;
+    return false;
   }
   // An ignored CLOSED attempt counts nowhere: no need for the lock.
-  if (result == AttemptResult::kIgnored && !admission.probe_) return;
+  return result != AttemptResult::kIgnored || admission.probe_;
+}
 
-  const absl::Time now = clock_->MonotonicNow();
+void CircuitBreaker::Record(const Admission& admission, AttemptResult result,
+                            absl::Time now) {
+  if (!Counts(admission, result)) return;
   if (!admission.probe_) {
     RecordClosed(admission, result == AttemptResult::kFailure, now);
     return;

@@ -301,6 +301,9 @@ class CircuitBreaker {
   // state period is over) change nothing. kIgnored changes no count but
   // gives a probe's permit back.
   void Record(const Admission& admission, AttemptResult result);
+  // The same, the attempt having ended at `now`, a reading of this
+  // breaker's clock the caller has already taken.
+  void Record(const Admission& admission, AttemptResult result, absl::Time now);
 
   // Manual control, for operators and tests. Each is a transition (seen by
   // the listener) unless the breaker is already in the target state.
@@ -339,6 +342,11 @@ class CircuitBreaker {
 
   CircuitBreaker(std::string key, const BreakerOptions& options, Clock* clock,
                  BreakerListener listener);
+
+  // Whether Record would count `result` under `admission` at all (a
+  // refused, DISABLED or ignored CLOSED attempt does not): checked before
+  // the clock is read.
+  static bool Counts(const Admission& admission, AttemptResult result);
 
   // word_ packs the state (low 8 bits) and the generation, which counts
   // transitions, so that Admit reads both with one atomic load.

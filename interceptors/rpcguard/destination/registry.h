@@ -83,6 +83,9 @@ class BreakerRegistry {
   static absl::StatusOr<std::shared_ptr<BreakerRegistry>> Create(
       const Options& options);
 
+  // The clock every breaker, budget and throttle of this registry runs on.
+  Clock* clock() const { return clock_; }
+
   // The process-wide registry (default options, real clock), used when a
   // channel is given none. Never null, never destroyed.
   static std::shared_ptr<BreakerRegistry> Default();

@@ -34,7 +34,7 @@ SendTerms AttemptPolicy::TermsFor(bool first,
 PolicyStep RetryAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
                                             absl::BitGenRef gen) {
   const Decision raw =
-      controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
+      controller_->OnAttemptEnd(facts.end, facts.pushback, gen, facts.ended_at);
   const RetryCharge charge = RetryChargeFor(raw.outcome, facts.server_pushback);
   // The destination's veto comes after the call's own checks (retry_gate.h).
   Decision d = GateRetry(raw, facts.throttle_allows, gates_, charge,
@@ -87,7 +87,8 @@ PolicyStep RetryAttemptPolicy::OnRefused(GiveUpReason refused,
 
 PolicyStep SentOnceAttemptPolicy::OnAttemptEnd(const EndFacts& facts,
                                                absl::BitGenRef gen) {
-  const Decision d = controller_->OnAttemptEnd(facts.end, facts.pushback, gen);
+  const Decision d =
+      controller_->OnAttemptEnd(facts.end, facts.pushback, gen, facts.ended_at);
   PolicyStep step;
   step.outcome = d.outcome;
   step.status_class = d.status_class;

@@ -46,6 +46,8 @@ namespace internal {
 struct EndFacts {
   int number = 0;  // the attempt's
   AttemptEnd end;
+  // When it ended, on the controller's clock: the event's one reading.
+  absl::Time ended_at;
   // As the classifier saw it (RetryController::OutcomeOf), and its class.
   AttemptOutcome outcome;
   StatusClass status_class = StatusClass::kOk;

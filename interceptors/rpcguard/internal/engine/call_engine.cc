@@ -256,7 +256,8 @@ void CallEngine::SendAttempt(SendKind kind,
   // The breaker may call transition listeners: on this thread, with no
   // lock held.
   AttemptStart start =
-      BeforeAttempt(number, cancelled, remaining, gates, terms.charge);
+      BeforeAttempt(number, cancelled, remaining, gates, terms.charge,
+                    GateNow(gates, env_.clock, now));
   // Another budget's grant is final; there is nothing to settle.
   if (terms.budget != nullptr) start.charge.reset();
   if (start.refused == GiveUpReason::kNone && terms.counts_first != nullptr) {
@@ -376,6 +377,9 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   const grpc::Status& status = report.status;
   EndFacts facts;
   facts.number = attempt->number;
+  // The event's one clock reading, for the controller, the gates and the
+  // terminal line.
+  facts.ended_at = attempt->ended_at;
   facts.end.code = status.error_code();
   facts.end.local_error = report.local_error;
   facts.end.not_sent = report.not_sent;
@@ -391,17 +395,19 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   if (attempt->loser) facts.outcome.caller_cancelled = true;
   facts.status_class = policy_.MakeClassifier().Classify(facts.outcome);
   const DestinationGates& gates = env_.gates;
+  const std::optional<absl::Time> gate_now =
+      GateNow(gates, env_.clock, attempt->ended_at);
   facts.throttle_allows =
       SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
                     report.pushback.kind == Pushback::Kind::kStop,
-                    report.pushback.downstream_gave_up);
+                    report.pushback.downstream_gave_up, gate_now);
 
   if (done_) {
     // Ended after the call did (cancelled as a loser, or outrun): no trace
     // line, but an attempt that ended all the same (A66), so that started
     // minus ended returns to zero.
     RecordAttemptEnd(gates, attempt->admission, facts.status_class,
-                     facts.outcome, /*retrying=*/false);
+                     facts.outcome, /*retrying=*/false, gate_now);
     if (!attempt->ended_by_terminal) {
       env_.recorder->AttemptEnded(status.error_code(),
                                   attempt->ended_at - attempt->sent);
@@ -424,7 +430,7 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   bool traced = false;
   if (step.done) {
     Finish(status, step.reason, attempt.get(), TraceEvent::Kind::kAttempt,
-           step.status_class, a);
+           step.status_class, a, /*keep=*/nullptr, attempt->ended_at);
   } else {
     // The call goes on: this failure stands if nothing better comes.
     last_status_ = status;
@@ -462,7 +468,7 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   // call retries (retry_gate.h), and before the next attempt can start; a
   // breaker transition calls listeners on this thread.
   RecordAttemptEnd(gates, attempt->admission, step.status_class, step.outcome,
-                   step.retrying);
+                   step.retrying, gate_now);
   // The adaptive delay learns from each call's first attempt only (a later
   // copy's latency, counted from its own start, says nothing of when to
   // hedge).
@@ -687,7 +693,8 @@ void CallEngine::TraceHedgeSent(int number) {
 void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
                         EngineAttempt* last, TraceEvent::Kind kind,
                         StatusClass status_class, Actions& a,
-                        const EngineAttempt* keep) {
+                        const EngineAttempt* keep,
+                        std::optional<absl::Time> event_now) {
   done_ = true;
   decided_.store(true, std::memory_order_release);
   Note("finish", last != nullptr ? last->number : 0);
@@ -708,8 +715,9 @@ void CallEngine::Finish(const grpc::Status& given, GiveUpReason reason,
   terminal.reason = status.ok()                     ? GiveUpReason::kNone
                     : reason == GiveUpReason::kNone ? GiveUpReason::kFatal
                                                     : reason;
-  // One clock read for the terminal line's three durations.
-  const absl::Time now = controller_.Now();
+  // One clock read for the terminal line's three durations, or none when
+  // the event has one.
+  const absl::Time now = event_now.has_value() ? *event_now : controller_.Now();
   terminal.deadline_left = controller_.deadline() - now;
   if (last != nullptr) {
     terminal.attempt_duration = std::min(now, last->ended_at) - last->sent;

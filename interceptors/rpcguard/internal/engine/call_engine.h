@@ -366,11 +366,13 @@ class CallEngine {
   void TraceHedgeSent(int number);
   // Records the outcome (done); the terminal trace event describes `last`
   // (kAttempt) or the attempt not sent (kFailFast). Cancels whatever is in
-  // flight but `keep`, and the timers.
+  // flight but `keep`, and the timers. `now`: this event's clock reading,
+  // when it has taken one (else Finish reads the clock).
   void Finish(const grpc::Status& status, GiveUpReason reason,
               EngineAttempt* last, TraceEvent::Kind kind,
               StatusClass status_class, Actions& a,
-              const EngineAttempt* keep = nullptr);
+              const EngineAttempt* keep = nullptr,
+              std::optional<absl::Time> now = std::nullopt);
   // The terminal trace event, the give-up hook, then the batches.
   void Conclude(const Ending& ending);
   // Assigns state_ from the facts just changed by `event` (on `attempt`,

@@ -7,11 +7,16 @@ namespace rpcguard {
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
                    const AttemptOutcome& outcome, bool server_said_stop,
-                   bool downstream) {
+                   bool downstream, std::optional<absl::Time> now) {
   if (dest.adaptive != nullptr && !outcome.local_error && !outcome.not_sent &&
       !outcome.caller_cancelled) {
-    dest.adaptive->RecordAnswer(
-        outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED && !downstream);
+    const bool overloaded =
+        outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED && !downstream;
+    if (now.has_value()) {
+      dest.adaptive->RecordAnswer(overloaded, *now);
+    } else {
+      dest.adaptive->RecordAnswer(overloaded);
+    }
   }
   if (dest.budget != nullptr && charge.has_value()) {
     dest.budget->RecordRetryEnd(
@@ -46,13 +51,17 @@ RetryCharge RetryChargeFor(const AttemptOutcome& outcome,
 void RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
                       StatusClass status_class, const AttemptOutcome& outcome,
-                      bool retrying) {
+                      bool retrying, std::optional<absl::Time> now) {
   if (dest.breaker == nullptr || !admission.has_value()) return;
   const AttemptResult result = AttemptResultFor(status_class, outcome);
   if (retrying && result == AttemptResult::kFailure && !admission->probe()) {
     return;  // the retry speaks for the call
   }
-  dest.breaker->Record(*admission, result);
+  if (now.has_value()) {
+    dest.breaker->Record(*admission, result, *now);
+  } else {
+    dest.breaker->Record(*admission, result);
+  }
 }
 
 void RecordDeferredFailure(const DestinationGates& dest,
@@ -91,7 +100,8 @@ Decision GateRetry(Decision d, bool throttle_allows,
 }
 
 AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
-                           const DestinationGates& dest, RetryCharge charge) {
+                           const DestinationGates& dest, RetryCharge charge,
+                           std::optional<absl::Time> now) {
   AttemptStart start;
   if (cancelled) {
     start.refused = GiveUpReason::kCancelled;
@@ -101,7 +111,8 @@ AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
     start.refused = GiveUpReason::kDeadline;
     return start;
   }
-  if (dest.adaptive != nullptr && !dest.adaptive->Admit()) {
+  if (dest.adaptive != nullptr && !(now.has_value() ? dest.adaptive->Admit(*now)
+                                                    : dest.adaptive->Admit())) {
     start.refused = GiveUpReason::kThrottled;
     return start;
   }

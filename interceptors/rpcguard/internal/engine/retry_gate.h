@@ -61,7 +61,19 @@ struct DestinationGates {
   RetryBudget* budget = nullptr;
   RetryThrottle* throttle = nullptr;
   AdaptiveThrottle* adaptive = nullptr;
+  // The clock they run on (their registry's, BreakerRegistry::clock()); null
+  // if not known.
+  const Clock* clock = nullptr;
 };
+
+// `now`, read from `clock`, for the gates' `now` arguments below when they
+// run on that same clock; otherwise none, and they read their own (a
+// registry given its own clock, as tests do).
+inline std::optional<absl::Time> GateNow(const DestinationGates& dest,
+                                         const Clock* clock, absl::Time now) {
+  if (clock == nullptr || dest.clock != clock) return std::nullopt;
+  return now;
+}
 
 // Settles the cost of an attempt, before the call decides what follows (so
 // that the decision sees the budget with this attempt settled): the
@@ -74,11 +86,14 @@ struct DestinationGates {
 // attempt that never reached the server, tells it nothing), and a retry the
 // budget granted as kOnFailure (`charge`, from AttemptStart) is paid if it
 // failed (AttemptResultFor says kFailure), refunded otherwise. Returns
-// whether the throttle still allows a retry.
+// whether the throttle still allows a retry. `now`: when the attempt ended,
+// a reading of the gates' clock the caller has already taken (else they
+// read it).
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
                    const AttemptOutcome& outcome, bool server_said_stop,
-                   bool downstream = false);
+                   bool downstream = false,
+                   std::optional<absl::Time> now = std::nullopt);
 
 // How the retry that follows a failure is paid for (retry_budget.h):
 // kFree when the failure never reached the server (outcome.not_sent);
@@ -91,11 +106,12 @@ RetryCharge RetryChargeFor(const AttemptOutcome& outcome, bool server_pushback);
 // AttemptResultFor(status_class, outcome), except a CLOSED-state failure
 // that the call retries (`retrying`), which is left unrecorded (see the top
 // of this file). Call without holding locks of your own: a breaker
-// transition calls its listeners on this thread.
+// transition calls its listeners on this thread. `now` as for SettleAttempt.
 void RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
                       StatusClass status_class, const AttemptOutcome& outcome,
-                      bool retrying);
+                      bool retrying,
+                      std::optional<absl::Time> now = std::nullopt);
 
 // Records a failure that RecordAttemptEnd left unrecorded because its call
 // retried, when that retry was then refused with `refused`: for
@@ -139,10 +155,12 @@ struct AttemptStart {
 // a first attempt that goes out earns budget instead. A grant taken for an
 // attempt that is then not sent must be ended: SettleAttempt with a kIgnored
 // outcome, or RetryBudget::RecordRetryEnd(charge, false). Call without
-// holding locks of your own.
+// holding locks of your own. `now`: a reading of the gates' clock the
+// caller has already taken (else they read it).
 AttemptStart BeforeAttempt(int number, bool cancelled, absl::Duration remaining,
                            const DestinationGates& dest,
-                           RetryCharge charge = RetryCharge::kUpFront);
+                           RetryCharge charge = RetryCharge::kUpFront,
+                           std::optional<absl::Time> now = std::nullopt);
 
 }  // namespace rpcguard
 

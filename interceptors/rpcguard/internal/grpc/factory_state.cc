@@ -115,6 +115,7 @@ std::shared_ptr<const MethodState> MethodState::ForCall(
   call->breaker = breaker;
   call->budget = budget;
   call->throttle = throttle;
+  call->gates_clock = gates_clock;
   call->setup_error = setup_error;
   call->latency = latency;
   call->hedge_budget = hedge_budget;
@@ -240,6 +241,7 @@ void FactoryState::AttachDestination(absl::string_view method,
     absl::StrAppend(&state->breaker_key, "/", path.substr(0, path.find('/')));
   }
   const std::string& key = state->breaker_key;
+  state->gates_clock = registry_->clock();
   // The first error wins; the call fails with it (CallFacts).
   auto note = [state](const absl::Status& s) {
     if (state->setup_error.ok()) state->setup_error = s;

@@ -72,6 +72,8 @@ struct MethodState {
   std::shared_ptr<RetryThrottle> throttle;
   // The destination's adaptive throttle (null when disabled).
   std::shared_ptr<AdaptiveThrottle> adaptive;
+  // The clock all four run on: their registry's.
+  const Clock* gates_clock = nullptr;
   // Two channels disagreeing about one shared breaker's options: calls fail
   // with FAILED_PRECONDITION rather than run unguarded.
   absl::Status setup_error;
@@ -95,7 +97,8 @@ struct MethodState {
 
   // The destination's shared state, for the retry gate.
   DestinationGates gates() const {
-    return {breaker.get(), budget.get(), throttle.get(), adaptive.get()};
+    return {breaker.get(), budget.get(), throttle.get(), adaptive.get(),
+            gates_clock};
   }
 
   // Registers the method on `channel`, the channel of the call that first

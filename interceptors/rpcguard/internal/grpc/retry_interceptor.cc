@@ -291,9 +291,14 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
     if (plan_.mode == CallMode::kMetadataOnly ||
         plan_.mode == CallMode::kRide) {
-      // The application's own call is attempt 1: the gate admits it here.
-      AttemptStart start = BeforeAttempt(
-          1, /*cancelled=*/false, absl::InfiniteDuration(), method.gates());
+      // The application's own call is attempt 1: the gate admits it here,
+      // on the clock reading that times the attempt (SendOwnCall).
+      own_call_started_ = factory_->clock()->MonotonicNow();
+      const DestinationGates gates = method.gates();
+      AttemptStart start =
+          BeforeAttempt(1, /*cancelled=*/false, absl::InfiniteDuration(), gates,
+                        RetryCharge::kUpFront,
+                        GateNow(gates, factory_->clock(), own_call_started_));
       if (start.refused == GiveUpReason::kBreakerOpen) {
         plan_ = RefusedByBreaker(
             plan_, method.breaker->RefusalMessage(*start.admission));
@@ -336,7 +341,6 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // wall-clock step before the call ends changes nothing.
     caller_deadline_ =
         CallerDeadline(*info_->client_context(), factory_->clock());
-    own_call_started_ = factory_->clock()->MonotonicNow();
     Stats::RecordAttemptStarted(method_->stats);
     if (mode_ == CallMode::kRide) {
       // What a retry would need, kept cheaply: the call's state is built
@@ -574,8 +578,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     TraceEvent event;
     event.kind = TraceEvent::Kind::kAttempt;
     event.attempt = 1;
-    event.attempt_duration =
-        factory_->clock()->MonotonicNow() - own_call_started_;
+    // One clock read for the durations, the gates and the trace line.
+    const absl::Time now = factory_->clock()->MonotonicNow();
+    event.attempt_duration = now - own_call_started_;
     event.call_duration = event.attempt_duration;
     const AttemptOutcome ok;
     if (hedge_ride_ != nullptr) {
@@ -588,10 +593,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
         method.latency->Record(event.attempt_duration);
       }
     }
-    SettleAttempt(method.gates(), /*charge=*/std::nullopt, StatusClass::kOk, ok,
-                  /*server_said_stop=*/false);
-    RecordAttemptEnd(method.gates(), admission_, StatusClass::kOk, ok,
-                     /*retrying=*/false);
+    const DestinationGates gates = method.gates();
+    const std::optional<absl::Time> gate_now =
+        GateNow(gates, factory_->clock(), now);
+    SettleAttempt(gates, /*charge=*/std::nullopt, StatusClass::kOk, ok,
+                  /*server_said_stop=*/false, /*downstream=*/false, gate_now);
+    RecordAttemptEnd(gates, admission_, StatusClass::kOk, ok,
+                     /*retrying=*/false, gate_now);
     admission_.reset();
     // One attempt, and the call, ended OK.
     Stats::RecordAttemptEnded(method.stats, grpc::StatusCode::OK,
@@ -608,8 +616,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
           e.method = method.name;
           e.idempotency_key = key_;
           correlation_.FillIn(e);
-          e.deadline_left =
-              caller_deadline_.on_clock - factory_->clock()->MonotonicNow();
+          e.deadline_left = caller_deadline_.on_clock - now;
           FactoryState::FillBreaker(method, e);
         },
         call_override_ ? call_override_->verbosity : std::nullopt);

@@ -230,7 +230,8 @@ class CallEngineTest : public ::testing::Test {
     env_.clock = &clock_;
     env_.random = Random::Default();
     env_.can_refresh = refresher;
-    env_.gates = {breaker_.get(), budget_.get(), nullptr, adaptive_.get()};
+    env_.gates = {breaker_.get(), budget_.get(), nullptr, adaptive_.get(),
+                  &clock_};
     env_.hedge_budget = hedge_budget_.get();
     env_.destination = "dest";
     env_.recorder = &recorder_;

@@ -524,7 +524,8 @@ PolicyStep EndOnce(RetryController& controller, bool may_repeat,
   EndFacts facts;
   facts.number = 1;
   facts.end = end;
-  facts.outcome = controller.OutcomeOf(end);
+  facts.ended_at = controller.Now();
+  facts.outcome = controller.OutcomeOf(end, facts.ended_at);
   facts.status_class = controller.classifier().Classify(facts.outcome);
   facts.pushback = pushback;
   facts.cancelled = end.caller_cancelled;
@@ -789,7 +790,8 @@ TEST(CommittedPolicyTest, ACommittedAttemptsEndIsTheCalls) {
     EndFacts facts;
     facts.number = 1;
     facts.end.code = grpc::StatusCode::UNAVAILABLE;
-    facts.outcome = controller.OutcomeOf(facts.end);
+    facts.ended_at = clock.MonotonicNow();
+    facts.outcome = controller.OutcomeOf(facts.end, facts.ended_at);
     facts.status_class = StatusClass::kRetriable;
     facts.committed = committed;
     absl::BitGen gen;
