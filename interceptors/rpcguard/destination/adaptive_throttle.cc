@@ -63,15 +63,12 @@ double AdaptiveThrottle::Probability(absl::Time now) const {
   return std::max(0.0, (requests - options_.k * accepts) / (requests + 1));
 }
 
-bool AdaptiveThrottle::Admit() {
-  // Only accepts in the window: requests == accepts, so the probability is
-  // 0 for any k >= 1; no clock read.
-  if (Settled()) return true;
-  return Admit(clock_->MonotonicNow());
-}
+bool AdaptiveThrottle::Admit() { return Admit(clock_->MonotonicNow()); }
 
 bool AdaptiveThrottle::Admit(absl::Time now) {
-  if (Settled()) return true;
+  // Only accepts in the window: requests == accepts, so the probability is
+  // 0 for any k >= 1.
+  if (Settled(now)) return true;
   const double p = Probability(now);
   if (p <= 0) return true;
   // 53 random bits: a uniform double in [0, 1).
@@ -101,8 +98,8 @@ bool AdaptiveThrottle::RetryAfterRejectionAllowed() const {
   return burst_.Sum(now).a < options_.burst_rejections;
 }
 
-bool AdaptiveThrottle::Settled() const {
-  return absl::ToUnixNanos(clock_->MonotonicNow()) >=
+bool AdaptiveThrottle::Settled(absl::Time now) const {
+  return absl::ToUnixNanos(now) >=
          unsettled_until_.load(std::memory_order_relaxed);
 }
 

@@ -125,7 +125,9 @@ class AdaptiveThrottle {
   // Whether the window holds nothing but accepts (no overload rejection or
   // refusal): the throttle would refuse nothing, and one made afresh would
   // decide the same until the next rejection. A registry may then forget it.
-  bool Settled() const;
+  bool Settled() const { return Settled(clock_->MonotonicNow()); }
+  // The same at `now`, a reading of this throttle's clock.
+  bool Settled(absl::Time now) const;
   const AdaptiveThrottleOptions& options() const { return options_; }
 
  private:
