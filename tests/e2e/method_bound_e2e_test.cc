@@ -5,7 +5,8 @@
 // maxUndeclaredMethods, through rpcguard, to a real server that answers any
 // method. Past the bound the calls still work under the default policy, the
 // factory keeps no state for them, their trace lines name their own method,
-// and their stats are counted under "other".
+// and their stats are counted under "other", and the destination's shared
+// gates (the adaptive throttle among them) hear them as they hear any call.
 
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -116,6 +117,7 @@ class MethodBoundE2ETest : public ::testing::Test {
                 events_.push_back(e);
               });
           options.stats = stats_;
+          options.breaker_registry = registry_;
         });
     ASSERT_TRUE(channel.ok()) << channel.status();
     channel_ = *channel;
@@ -147,6 +149,8 @@ class MethodBoundE2ETest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
+  std::shared_ptr<BreakerRegistry> registry_ =
+      *BreakerRegistry::Create(BreakerRegistry::Options{});
   absl::Mutex mu_;
   std::vector<TraceEvent> events_ ABSL_GUARDED_BY(mu_);
 };
@@ -192,6 +196,31 @@ TEST_F(MethodBoundE2ETest, NamesPastTheBoundShareOneEntryAndKeepTheirNames) {
   for (int i = 0; i < kNames; ++i) {
     EXPECT_EQ(attempts_traced[Undeclared(i)], 3) << Undeclared(i);
   }
+}
+
+// Every answer from the server reaches the destination's adaptive throttle
+// (on by default), whichever entry its call's method has: its own, or the
+// shared one past the bound. Before the fix a call past the bound carried
+// every gate of the shared entry but that one, so overload answers to those
+// methods were never counted and their calls never shed.
+TEST_F(MethodBoundE2ETest, NamesPastTheBoundAreHeardByTheAdaptiveThrottle) {
+  for (int i = 0; i < kNames; ++i) {
+    const grpc::Status s = Call(Undeclared(i));
+    EXPECT_TRUE(s.ok()) << Undeclared(i) << ": " << s.error_message();
+  }
+  int answers = 0;
+  for (int i = 0; i < kNames; ++i) answers += service_.Attempts(Undeclared(i));
+  ASSERT_EQ(answers, 2 * kNames);  // each call: UNAVAILABLE, then OK
+
+  // One destination: one breaker, and its throttle under the same key.
+  const auto breakers = registry_->Breakers();
+  ASSERT_EQ(breakers.size(), 1u);
+  auto throttle = registry_->GetAdaptiveThrottle(breakers[0].first,
+                                                 AdaptiveThrottleOptions{});
+  ASSERT_TRUE(throttle.ok()) << throttle.status();
+  const AdaptiveThrottleSnapshot snap = (*throttle)->Snapshot();
+  EXPECT_EQ(snap.requests, answers);
+  EXPECT_EQ(snap.accepts, answers);  // UNAVAILABLE is not an overload
 }
 
 }  // namespace

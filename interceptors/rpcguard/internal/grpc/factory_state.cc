@@ -107,18 +107,15 @@ void MethodState::Register(
 
 std::shared_ptr<const MethodState> MethodState::ForCall(
     absl::string_view method) const {
-  auto call = std::make_shared<MethodState>();
+  // A whole copy, so that every gate and setting of the shared entry goes
+  // with the call (a field copied by hand was once left behind: the
+  // adaptive throttle); then what names the method is the call's own.
+  auto call = std::make_shared<MethodState>(*this);
   call->name = std::string(method);
-  call->resolved = resolved;
-  call->stats = stats;
-  call->breaker_key = breaker_key;
-  call->breaker = breaker;
-  call->budget = budget;
-  call->throttle = throttle;
-  call->gates_clock = gates_clock;
-  call->setup_error = setup_error;
-  call->latency = latency;
-  call->hedge_budget = hedge_budget;
+  call->shared = false;
+  call->registered.reset();
+  call->registered_channel = nullptr;
+  call->registered_on.reset();
   call->unregistered.emplace(call->name.c_str(),
                              grpc::internal::RpcMethod::NORMAL_RPC);
   return call;
