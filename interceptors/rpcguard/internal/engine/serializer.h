@@ -60,16 +60,33 @@ class Serializer {
       Enqueue(std::forward<F>(work));
       return;
     }
-    std::shared_ptr<void> keep;
-    Deferred deferred;
-    keep_ = &keep;
-    deferred_ = &deferred;
-    work();
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) DrainQueued();
-    // `keep` may hold the last reference to this serializer's owner: nothing
-    // of `this` is touched past the drain. Deferred calls run without the
-    // serializer, beside other threads' events.
-    for (auto& call : deferred) call();
+    RunTaken(work);
+  }
+
+  // As Run, but when another thread's event runs, first waits a moment
+  // (at most `spins` checks, a few microseconds, never for I/O: events
+  // make their calls into gRPC after the serializer is let go) for it to
+  // end, and then runs `work` here. For an application's stream batch on a
+  // thread that will wait for its completion anyway (sync and CQ-async
+  // stubs): queued, it would be served by gRPC's thread, which then has to
+  // wake the application (bench/RESULTS.md, "Streams near the floor"). On
+  // the thread that runs this serializer's event already, it queues at
+  // once, as Run does.
+  template <typename F>
+  void RunHere(F&& work, int spins) {
+    if (running_here_ != this) {
+      for (int i = 0; i < spins; ++i) {
+        size_t idle = 0;
+        if (pending_.load(std::memory_order_relaxed) == 0 &&
+            pending_.compare_exchange_weak(idle, 1,
+                                           std::memory_order_acq_rel)) {
+          RunTaken(work);
+          return;
+        }
+        CpuRelax();
+      }
+    }
+    Run(std::forward<F>(work));
   }
 
   // From inside an event: `call` runs on the thread running the event once
@@ -105,6 +122,33 @@ class Serializer {
  private:
   // The calls a drain defers: a stream's event defers one at most.
   using Deferred = absl::InlinedVector<absl::AnyInvocable<void()>, 2>;
+
+  // Runs `work` and then the queue, once this thread has counted itself
+  // from idle.
+  template <typename F>
+  void RunTaken(F& work) {
+    std::shared_ptr<void> keep;
+    Deferred deferred;
+    keep_ = &keep;
+    deferred_ = &deferred;
+    const Serializer* const outer = running_here_;
+    running_here_ = this;
+    work();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) DrainQueued();
+    running_here_ = outer;
+    // `keep` may hold the last reference to this serializer's owner: nothing
+    // of `this` is touched past the drain. Deferred calls run without the
+    // serializer, beside other threads' events.
+    for (auto& call : deferred) call();
+  }
+
+  static void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
 
   // Where events wait; made by the first event that has to (none on the
   // no-failure path), kept until the serializer goes.
@@ -151,6 +195,8 @@ class Serializer {
     } while (pending_.fetch_sub(ran, std::memory_order_acq_rel) != ran);
   }
 
+  // The serializer whose event this thread runs, if any (RunHere).
+  static inline thread_local const Serializer* running_here_ = nullptr;
   // Events running or queued: the one atomic an idle event touches.
   std::atomic<size_t> pending_{0};
   std::atomic<Queue*> queue_{nullptr};

@@ -25,6 +25,10 @@ grpc::ClientContext* ContextOf(const std::shared_ptr<void>& context) {
   return static_cast<grpc::ClientContext*>(context.get());
 }
 
+// How long an application's batch waits for a running event before handing
+// itself to it: checks of a few dozen nanoseconds each.
+constexpr int kServeSpins = 1000;
+
 // Every flow's buffered bytes (StreamBytesBuffered).
 std::atomic<int64_t> g_buffered{0};
 
@@ -84,7 +88,7 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
     batch->Proceed();
     return;
   }
-  serializer_->Run([this, batch, request, close, r]() mutable {
+  auto serve = [this, batch, request, close, r]() mutable {
     Actions a;
     if (request != nullptr || close) {
       TakeSend(batch, request, close, a);
@@ -101,7 +105,17 @@ void StreamFlow::Serve(InterceptorBatchMethods* batch) {
     }
     Pump(a);
     Act(a);
-  });
+  };
+  if (request != nullptr || close) {
+    // A write: served on the application's thread when the event holding
+    // the serializer ends within a moment (Serializer::RunHere), so that a
+    // blocking application is not woken for it. A read is not worth the
+    // wait: it mostly waits for a message anyway (measured in
+    // bench/RESULTS.md, "Streams near the floor").
+    serializer_->RunHere(std::move(serve), kServeSpins);
+  } else {
+    serializer_->Run(std::move(serve));
+  }
 }
 
 void StreamFlow::TakeSend(InterceptorBatchMethods* batch,

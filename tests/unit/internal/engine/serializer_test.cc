@@ -7,6 +7,7 @@
 #include "rpcguard/internal/engine/serializer.h"
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -204,6 +205,79 @@ TEST(SerializerTest, AKeptOwnerOutlivesTheDeferredCalls) {
   });
   EXPECT_TRUE(alive_in_deferred);
   EXPECT_TRUE(destroyed);
+}
+
+// RunHere: an event that finds another thread's event running waits for it
+// to end and runs on its own thread, after it.
+TEST(SerializerTest, RunHereWaitsForTheRunningEventAndRunsOnItsOwnThread) {
+  Serializer s;
+  absl::Notification inside;
+  std::atomic<bool> waiting{false};
+  std::atomic<bool> first_done{false};
+  std::thread runner([&] {
+    s.Run([&] {
+      inside.Notify();
+      // Ends only once the other thread is about to wait for it.
+      while (!waiting.load()) std::this_thread::yield();
+      first_done = true;
+    });
+  });
+  inside.WaitForNotification();
+  std::thread::id ran_on;
+  bool first_done_when_ran = false;
+  waiting = true;
+  s.RunHere(
+      [&] {
+        ran_on = std::this_thread::get_id();
+        first_done_when_ran = first_done.load();
+      },
+      std::numeric_limits<int>::max());
+  runner.join();
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(first_done_when_ran);
+  EXPECT_FALSE(s.running());
+}
+
+// Its wait is bounded: past it, the event is handed to the running thread,
+// as Run hands it.
+TEST(SerializerTest, RunHereHandsItsEventOverWhenTheWaitRunsOut) {
+  Serializer s;
+  absl::Notification inside, returned;
+  std::thread::id ran_on;
+  std::thread runner([&] {
+    s.Run([&] {
+      inside.Notify();
+      returned.WaitForNotification();
+    });
+  });
+  inside.WaitForNotification();
+  s.RunHere([&] { ran_on = std::this_thread::get_id(); }, 10);
+  EXPECT_EQ(ran_on, std::thread::id());  // not yet: queued
+  returned.Notify();
+  const std::thread::id runner_id = runner.get_id();
+  runner.join();
+  EXPECT_EQ(ran_on, runner_id);
+}
+
+// From inside one of the serializer's own events it cannot wait for itself:
+// it queues at once (with an unbounded wait this test would never end).
+TEST(SerializerTest, RunHereFromInsideAnEventQueuesWithoutWaiting) {
+  Serializer s;
+  std::vector<int> order;
+  s.Run([&] {
+    order.push_back(1);
+    s.RunHere([&] { order.push_back(3); }, std::numeric_limits<int>::max());
+    order.push_back(2);
+  });
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  // Another serializer's event is no reason to queue: it runs at once.
+  Serializer other;
+  order.clear();
+  s.Run([&] {
+    other.RunHere([&] { order.push_back(1); }, 10);
+    order.push_back(2);
+  });
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
 }  // namespace
