@@ -64,13 +64,13 @@ class Serializer {
   }
 
   // As Run, but when another thread's event runs, first waits a moment
-  // (at most `spins` checks, a few microseconds, never for I/O: events
-  // make their calls into gRPC after the serializer is let go) for it to
-  // end, and then runs `work` here. For an application's stream batch on a
-  // thread that will wait for its completion anyway (sync and CQ-async
-  // stubs): queued, it would be served by gRPC's thread, which then has to
-  // wake the application (bench/RESULTS.md, "Streams near the floor"). On
-  // the thread that runs this serializer's event already, it queues at
+  // (at most `spins` checks of a few dozen nanoseconds each; never for I/O:
+  // events make their calls into gRPC after the serializer is let go) for
+  // it to end, and then runs `work` here. For an application's stream
+  // write: queued, it would be served by gRPC's thread, which then has to
+  // wake a blocking application (sync and CQ-async stubs; bench/RESULTS.md,
+  // "Streams near the floor: an application's write on its own thread").
+  // On the thread that runs this serializer's event already, it queues at
   // once, as Run does.
   template <typename F>
   void RunHere(F&& work, int spins) {

@@ -25,8 +25,8 @@ grpc::ClientContext* ContextOf(const std::shared_ptr<void>& context) {
   return static_cast<grpc::ClientContext*>(context.get());
 }
 
-// How long an application's batch waits for a running event before handing
-// itself to it: checks of a few dozen nanoseconds each.
+// How long an application's write waits for a running event before handing
+// itself to it (Serializer::RunHere): tens of microseconds at most.
 constexpr int kServeSpins = 1000;
 
 // Every flow's buffered bytes (StreamBytesBuffered).
