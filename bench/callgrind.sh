@@ -4,7 +4,7 @@
 #
 #   bench/callgrind.sh [--stub=sync|callback] [--calls=N] [--out=DIR]
 #                      [--mode=opt|fastbuild] [--callers=N] [--brief]
-#                      [CLIENT...]
+#                      [--stream=server|client|bidi] [CLIENT...]
 #
 # Runs //bench:compare (built -c opt, or as --mode says: CI's guard,
 # bench/callgrind_guard.sh, reads the fastbuild binary its test stage built)
@@ -42,6 +42,17 @@
 #      the whole load (thread entry points, the caller's loop) get their
 #      running callees booked to them by the dump and are left out (any
 #      function with 10% or more of the total as its own cost).
+# --stream=SHAPE measures a stream instead (issue 31 part 3): the scenario
+# streams/none/SHAPE/STUB (--stub=sync, callback or cq) of //bench:compare,
+# N streams of 1,000 messages one after another, figures per message
+# (Ir / (N x 1,000)); clients plain, hijack-floor (the stream floor),
+# grpc-retry, rpcguard. E.g.
+#   bench/callgrind.sh --brief --stream=client --stub=cq --calls=20 \
+#     hijack-floor rpcguard
+# Under valgrind one thread runs at a time, so a thread that waits by
+# spinning (rpcguard's Serializer::RunHere, a stream write meeting an event
+# of its call on another thread) spins to its bound every time: the
+# figures count that wait in full.
 # Full reports stay in DIR (callgrind_annotate output per client); open the
 # dumps with kcachegrind for the call graph.
 #
@@ -55,6 +66,7 @@ stub=sync
 calls=5000
 mode=opt
 callers=1
+stream=
 brief=0
 out=/tmp/rpcguard-callgrind
 clients=()
@@ -65,8 +77,9 @@ for arg in "$@"; do
     --out=*) out=${arg#--out=} ;;
     --mode=*) mode=${arg#--mode=} ;;
     --callers=*) callers=${arg#--callers=} ;;
+    --stream=*) stream=${arg#--stream=} ;;
     --brief) brief=1 ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,61p' "$0"; exit 0 ;;
     -*) echo "callgrind.sh: unknown flag $arg" >&2; exit 2 ;;
     *) clients+=("$arg") ;;
   esac
@@ -83,10 +96,21 @@ esac
 bin=bazel-out/k8-$mode/bin/bench/compare
 mkdir -p "$out"
 scenario="none/$stub/c$callers"
+unit=call
+per=$calls  # what the totals are divided by
+if [ -n "$stream" ]; then
+  case "$stream" in
+    server|client|bidi) ;;
+    *) echo "callgrind.sh: --stream must be server, client or bidi" >&2; exit 2 ;;
+  esac
+  scenario="streams/none/$stream/$stub"
+  unit=msg
+  per=$((calls * 1000))  # bench/compare/streams.cc's kMessages a stream
+fi
 
 # Prints "IR NAME" per function of a callgrind_annotate report, per call.
 per_call() {
-  awk -v calls="$calls" '
+  awk -v calls="$per" '
     /^ *[0-9][0-9,]* +\(/ {
       ir = $1; gsub(",", "", ir)
       name = $0
@@ -101,7 +125,7 @@ per_call() {
 # Prints "COUNT NAME" per function of a callgrind dump: the calls made to it,
 # per measured call.
 call_counts() {
-  awk -v n="$calls" '
+  awk -v n="$per" '
     function id_of(s,   id) {
       if (match(s, /^\([0-9]+\)/)) {
         id = substr(s, RSTART, RLENGTH)
@@ -149,13 +173,13 @@ done
 first=${clients[0]}
 last=${clients[-1]}
 echo
-echo "## Instructions per call, $scenario, $calls calls"
+echo "## Instructions per $unit, $scenario, $calls calls"
 echo
-echo "| client | Ir/call | vs $first |"
+echo "| client | Ir/$unit | vs $first |"
 echo "|---|---:|---:|"
 for client in "${clients[@]}"; do
   awk -v c="$client" -v t="${total[$client]}" -v f="${total[$first]}" \
-    -v n="$calls" 'BEGIN { printf "| %s | %.0f | %.2fx |\n", c, t / n, t / f }'
+    -v n="$per" 'BEGIN { printf "| %s | %.0f | %.2fx |\n", c, t / n, t / f }'
 done
 
 ((brief)) && exit 0
@@ -171,7 +195,7 @@ echo "|---:|---:|---|"
 grep -E 'rpcguard::' "$out/$last.inclusive.tsv" |
   grep -vE 'rpcguard::(bench|testing)::' |
   sort -t$'\t' -k1,1 -gr | sed -n '1,30p' |
-  awk -F'\t' -v t="${total[$last]}" -v n="$calls" \
+  awk -F'\t' -v t="${total[$last]}" -v n="$per" \
     '{ name = $2; if (length(name) > 150) name = substr(name, 1, 147) "...";
        printf "| %.0f | %.2f%% | `%s` |\n", $1, 100 * $1 * n / t, name }'
 
@@ -205,7 +229,7 @@ if [ "$first" != "$last" ]; then
       for (k in b) printf "%.1f\t%.1f\t%.1f\t%s\n", b[k] - a[k], a[k], b[k], k
       for (k in a) if (!(k in b)) printf "%.1f\t%.1f\t0\t%s\n", -a[k], a[k], k
     }' "$out/$first.exclusive.tsv" "$out/$last.exclusive.tsv" |
-    awk -F'\t' -v t1="${total[$first]}" -v t2="${total[$last]}" -v n="$calls" \
+    awk -F'\t' -v t1="${total[$first]}" -v t2="${total[$last]}" -v n="$per" \
       '$2 < 0.1 * t1 / n && $3 < 0.1 * t2 / n' |
     sort -t$'\t' -k1,1 -gr | sed -n '1,30p' |
     awk -F'\t' '{ name = $4; if (length(name) > 150) name = substr(name, 1, 147) "...";

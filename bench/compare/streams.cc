@@ -27,11 +27,19 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "bench/compare/families.h"
 #include "proto/rpcguard/testing/v1/streams.grpc.pb.h"
+
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define RPCGUARD_BENCH_CALLGRIND 1
+#endif
+#endif
 
 namespace rpcguard {
 namespace bench {
@@ -368,10 +376,16 @@ Outcome OneCall(Streams::Stub& stub, Shape shape, Api kind) {
 }
 
 // `calls` calls one after another; CPU is the whole process's (getrusage).
+// Under callgrind (bench/callgrind.sh --stream=SHAPE) a measured round,
+// `label` given, is dumped on its own, named by `label`: its instructions
+// are those of exactly `calls` streams.
 LoadResult RunCalls(Streams::Stub& stub, Shape shape, Api kind, int64_t calls,
-                    int64_t* wrong) {
+                    int64_t* wrong, const std::string* label = nullptr) {
   LoadResult r;
   r.latency_ns.reserve(calls);
+#ifdef RPCGUARD_BENCH_CALLGRIND
+  if (label != nullptr) CALLGRIND_ZERO_STATS;
+#endif
   const ProcessUsage before = GetProcessUsage();
   const absl::Time start = absl::Now();
   for (int64_t i = 0; i < calls; ++i) {
@@ -397,6 +411,9 @@ LoadResult RunCalls(Streams::Stub& stub, Shape shape, Api kind, int64_t calls,
   }
   r.wall = absl::Now() - start;
   const ProcessUsage after = GetProcessUsage();
+#ifdef RPCGUARD_BENCH_CALLGRIND
+  if (label != nullptr) CALLGRIND_DUMP_STATS_AT(label->c_str());
+#endif
   r.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
   r.user_seconds = after.user_seconds - before.user_seconds;
   r.context_switches = after.context_switches - before.context_switches;
@@ -646,6 +663,10 @@ class StreamsFamily : public Family {
       row.push_back(Measured{sc.key, sc.title, client});
     }
     const int64_t calls = sc.fail_percent > 0 ? calls_fail_ : calls_none_;
+    std::vector<std::string> labels;
+    for (const Measured& m : row) {
+      labels.push_back(absl::StrCat(sc.key, " ", ClientName(m.client)));
+    }
     s = RunRounds(rounds_, row, [&](const Measured& cell, int round) {
       Lane& lane = lanes[&cell - row.data()];
       absl::Status st =
@@ -654,7 +675,8 @@ class StreamsFamily : public Family {
       absl::StatusOr<int64_t> before = env.control->StreamAttempts();
       if (!before.ok()) return absl::StatusOr<Round>(before.status());
       Round r;
-      r.load = RunCalls(*lane.stub, sc.shape, sc.stub, calls, &lane.wrong);
+      r.load = RunCalls(*lane.stub, sc.shape, sc.stub, calls, &lane.wrong,
+                        &labels[&cell - row.data()]);
       absl::StatusOr<int64_t> after = env.control->StreamAttempts();
       if (!after.ok()) return absl::StatusOr<Round>(after.status());
       r.attempts = *after - *before;
