@@ -3,8 +3,8 @@
 # its floor. CI runs it (.ci/run); run it yourself before sending a change
 # that touches a call's path:
 #
-#   bench/callgrind_guard.sh [--mode=fastbuild|opt] [--calls=N] [--runs=N]
-#                            [--update]
+#   bench/callgrind_guard.sh [--mode=fastbuild|opt] [--calls=N]
+#                            [--stream_calls=N] [--runs=N] [--update]
 #
 # For each line of bench/callgrind_ratios.txt of the chosen mode ("MODE STUB
 # FLOOR CLIENT RATIO TOLERANCE"), bench/callgrind.sh measures FLOOR and
@@ -15,6 +15,12 @@
 # binary, so the ratio does not move with the machine or the compiler, only
 # with what rpcguard does per call; the median lets one odd run, of either
 # figure, pass unheeded (bench/RESULTS.md, "The guard's estimator").
+#
+# A STUB of the form stream-SHAPE/STUB (e.g. stream-client/sync) measures
+# a stream instead: bench/callgrind.sh --stream=SHAPE --stub=STUB, 5
+# streams of 1,000 messages (--stream_calls), instructions per message,
+# against the stream floor (hijack-floor: every operation forwarded to one
+# attempt, nothing kept).
 #
 # The floors: hijack-floor for the sync stub (an interceptor that hijacks
 # every call and forwards it: what any retrying interceptor pays before
@@ -36,15 +42,17 @@ cd "$(dirname "$0")/.."
 
 mode=fastbuild
 calls=300
+stream_calls=5
 runs=3
 update=0
 for arg in "$@"; do
   case "$arg" in
     --mode=*) mode=${arg#--mode=} ;;
     --calls=*) calls=${arg#--calls=} ;;
+    --stream_calls=*) stream_calls=${arg#--stream_calls=} ;;
     --runs=*) runs=${arg#--runs=} ;;
     --update) update=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "callgrind_guard.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -63,10 +71,21 @@ while read -r _ stub floor client committed tolerance <&3; do
   # either figure of a run can be the odd one: the median of the runs'
   # ratios, each from two figures measured back to back.
   ratios_seen=()
+  shape=()
+  n=$calls
+  unit=call
+  run_stub=$stub
+  if [[ "$stub" == stream-*/* ]]; then
+    shape=(--stream="${stub#stream-}")
+    shape=("${shape[0]%%/*}")
+    run_stub=${stub#*/}
+    n=$stream_calls
+    unit=msg
+  fi
   for ((r = 1; r <= runs; r++)); do
     out=$(mktemp -d)
-    table=$(bench/callgrind.sh --brief --mode="$mode" --stub="$stub" --calls="$calls" \
-      --out="$out" "$floor" "$client" 2>"$out/err" </dev/null) || {
+    table=$(bench/callgrind.sh --brief --mode="$mode" --stub="$run_stub" --calls="$n" \
+      "${shape[@]}" --out="$out" "$floor" "$client" 2>"$out/err" </dev/null) || {
       cat "$out/err" >&2
       echo "callgrind_guard.sh: callgrind.sh failed for $stub $client" >&2
       exit 1
@@ -79,7 +98,7 @@ while read -r _ stub floor client committed tolerance <&3; do
       echo "$table" >&2
       exit 1
     fi
-    echo "callgrind_guard.sh: $mode $stub run $r: $floor $f, $client $c Ir/call"
+    echo "callgrind_guard.sh: $mode $stub run $r: $floor $f, $client $c Ir/$unit"
     ratios_seen+=("$(awk -v c="$c" -v f="$f" 'BEGIN { printf "%.4f", c / f }')")
     rm -rf "$out"
   done
