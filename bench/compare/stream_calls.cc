@@ -98,6 +98,18 @@ class Done {
   absl::Notification done_;
 };
 
+// A writing reactor's next request (client or bidi stream), or its
+// half-close once every request is written.
+template <typename Reactor>
+void WriteNext(Reactor& reactor, StreamRequest& request, int& sent) {
+  if (sent == kMessages) {
+    reactor.StartWritesDone();
+    return;
+  }
+  request.set_n(sent++);
+  reactor.StartWrite(&request);
+}
+
 // Reads every reply of a server stream.
 class ReadAll final : public grpc::ClientReadReactor<StreamReply> {
  public:
@@ -147,14 +159,7 @@ class WriteAll final : public grpc::ClientWriteReactor<StreamRequest> {
   void OnDone(const grpc::Status& s) override { done_.Set(s); }
 
  private:
-  void Next() {
-    if (sent_ == kMessages) {
-      StartWritesDone();
-      return;
-    }
-    request_.set_n(sent_++);
-    StartWrite(&request_);
-  }
+  void Next() { WriteNext(*this, request_, sent_); }
 
   grpc::ClientContext ctx_;
   StreamRequest request_;
@@ -193,14 +198,7 @@ class EchoAll final
   void OnDone(const grpc::Status& s) override { done_.Set(s); }
 
  private:
-  void Next() {
-    if (sent_ == kMessages) {
-      StartWritesDone();
-      return;
-    }
-    request_.set_n(sent_++);
-    StartWrite(&request_);
-  }
+  void Next() { WriteNext(*this, request_, sent_); }
 
   grpc::ClientContext ctx_;
   StreamRequest request_;
