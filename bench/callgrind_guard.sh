@@ -76,9 +76,9 @@ while read -r _ stub floor client committed tolerance <&3; do
   unit=call
   run_stub=$stub
   if [[ "$stub" == stream-*/* ]]; then
-    shape=(--stream="${stub#stream-}")
-    shape=("${shape[0]%%/*}")
-    run_stub=${stub#*/}
+    spec=${stub#stream-}  # SHAPE/STUB
+    shape=(--stream="${spec%%/*}")
+    run_stub=${spec#*/}
     n=$stream_calls
     unit=msg
   fi
