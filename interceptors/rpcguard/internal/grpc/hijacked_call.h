@@ -88,8 +88,9 @@ class HijackedCall final : public CallIo,
   // Filled in place (setup()) before Start: grpc::ByteBuffer has no move
   // constructor, so moving a Setup would copy the request.
   struct Setup {
-    // The channel below rpcguard, and how attempts name the method on it.
-    std::unique_ptr<grpc::ChannelInterface> channel;
+    // The channel below rpcguard (ChannelBelow: shared with the factory's
+    // other calls), and how attempts name the method on it.
+    std::shared_ptr<grpc::ChannelInterface> channel;
     const grpc::internal::RpcMethod* rpc_method = nullptr;
     grpc::ByteBuffer request;
     Metadata metadata;  // the caller's, less rpcguard's own keys

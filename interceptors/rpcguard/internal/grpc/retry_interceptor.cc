@@ -31,6 +31,7 @@
 
 #include "rpcguard/internal/grpc/retry_interceptor.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +43,7 @@
 #include "rpcguard/decision/hedging.h"
 #include "rpcguard/internal/engine/retry_gate.h"
 #include "rpcguard/internal/grpc/call_policy_carrier.h"
+#include "rpcguard/internal/grpc/channel_below.h"
 #include "rpcguard/internal/grpc/deadline.h"
 #include "rpcguard/internal/grpc/hijacked_call.h"
 #include "rpcguard/internal/grpc/sending_scope.h"
@@ -64,6 +66,8 @@ class RetryInterceptor;
 // A hedged call riding its first copy: where its hedge timer (on the timer
 // queue's thread) and the end of the application's call (on gRPC's) meet,
 // one at a time. The timer holds it weakly; the interceptor owns it.
+// Nearly every ride ends before its timer: that end is one compare-and-swap
+// (kRiding to kEnded), and only a timer that fired takes the lock.
 struct HedgeRide {
   enum class State {
     kRiding,    // the first copy runs alone
@@ -72,7 +76,10 @@ struct HedgeRide {
     kEnded,     // the first copy ended riding: the timer does nothing
   };
   internal::Mutex mu;
-  State state ABSL_GUARDED_BY(mu) = State::kRiding;
+  // Leaves kRiding by a compare-and-swap: the timer's (to kEngaging, under
+  // mu) or the call end's (to kEnded, without it). Every other change is
+  // made under mu; the timer may put kEngaging back to kRiding.
+  std::atomic<State> state{State::kRiding};
   // Alive while the state is kRiding or kEngaging: the call cannot
   // complete before its end has passed through this object.
   RetryInterceptor* owner = nullptr;
@@ -86,14 +93,20 @@ struct HedgeRide {
   // engine). Here, not in the interceptor: a call that is not hedged pays
   // for none of it.
   absl::Duration delay;
-  std::unique_ptr<grpc::ChannelInterface> channel;
+  std::shared_ptr<grpc::ChannelInterface> channel;
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
  public:
+  // `below` is the factory's, read only during the call's first batch
+  // (while its channel, which owns the factory, is alive).
   RetryInterceptor(ClientRpcInfo* info,
-                   std::shared_ptr<const FactoryState> factory)
-      : info_(info), factory_(std::move(factory)) {
+                   std::shared_ptr<const FactoryState> factory,
+                   ChannelBelow* below)
+      : info_(info),
+        factory_(std::move(factory)),
+        below_(below),
+        place_(InterceptorPlace(*info)) {
     // info->method() may point into the caller's string, which a
     // grpc::GenericStub caller may free once the call is created (before
     // its first batch, with the CQ API): read it now, and only now.
@@ -380,7 +393,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     hedge_ride_->owner = this;
     hedge_ride_->delay = delay;
     // The channel below rpcguard, which only a batch gives.
-    hedge_ride_->channel = batch->GetInterceptedChannel();
+    hedge_ride_->channel = ChannelBelowFor(batch);
     hedge_ride_->timer = factory_->hedge_timers()->Schedule(
         OnGrpcClock(due, factory_->clock()), hedge_ride_, &OnHedgeDue);
   }
@@ -393,12 +406,20 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     RetryInterceptor* self;
     {
       internal::MutexLock lock(&ride->mu);
-      if (ride->state != HedgeRide::State::kRiding) return;
+      HedgeRide::State riding = HedgeRide::State::kRiding;
+      // Won, the interceptor lives until the state leaves kEngaging: the
+      // call's end then waits for this lock.
+      if (!ride->state.compare_exchange_strong(riding,
+                                               HedgeRide::State::kEngaging)) {
+        return;  // the call has ended
+      }
       self = ride->owner;
-      // The interceptor lives while the state is kRiding: the call's end
-      // waits for this lock to leave it.
-      if (self->cancelled()) return;  // its end ends it: no copy
-      ride->state = HedgeRide::State::kEngaging;
+      if (self->cancelled()) {
+        // Its end ends it: no copy. Back to riding, before the end can
+        // look (it takes this lock once its exchange has failed).
+        ride->state.store(HedgeRide::State::kRiding);
+        return;
+      }
     }
     self->EngageHedge(ride);
   }
@@ -427,7 +448,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     InterceptorBatchMethods* ended;
     {
       internal::MutexLock lock(&ride->mu);
-      ride->state = HedgeRide::State::kEngaged;
+      ride->state.store(HedgeRide::State::kEngaged);
       ride->call = call;
       ended = std::exchange(ride->ended, nullptr);
     }
@@ -440,27 +461,33 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // Returns true when it ended riding (the timer is cancelled and the ride
   // ends as any ride does); false when the engine has taken the batch.
   bool OwnCallEndedRiding(InterceptorBatchMethods* batch) {
-    std::shared_ptr<HijackedCall> call;
-    {
-      internal::MutexLock lock(&hedge_ride_->mu);
-      switch (hedge_ride_->state) {
-        case HedgeRide::State::kRiding:
-          hedge_ride_->state = HedgeRide::State::kEnded;
-          break;
-        case HedgeRide::State::kEngaging:
-          // Handed to the engine once it is in (EngageHedge).
-          hedge_ride_->ended = batch;
-          return false;
-        case HedgeRide::State::kEngaged:
-          call = hedge_ride_->call;
-          break;
-        case HedgeRide::State::kEnded:
-          break;
+    HedgeRide::State riding = HedgeRide::State::kRiding;
+    if (!hedge_ride_->state.compare_exchange_strong(riding,
+                                                    HedgeRide::State::kEnded)) {
+      // The timer has fired: what it left, read under its lock.
+      std::shared_ptr<HijackedCall> call;
+      {
+        internal::MutexLock lock(&hedge_ride_->mu);
+        switch (hedge_ride_->state.load()) {
+          case HedgeRide::State::kRiding:
+            // The timer found the call cancelled and let it ride on.
+            hedge_ride_->state.store(HedgeRide::State::kEnded);
+            break;
+          case HedgeRide::State::kEngaging:
+            // Handed to the engine once it is in (EngageHedge).
+            hedge_ride_->ended = batch;
+            return false;
+          case HedgeRide::State::kEngaged:
+            call = hedge_ride_->call;
+            break;
+          case HedgeRide::State::kEnded:
+            break;
+        }
       }
-    }
-    if (call != nullptr) {
-      call->OnFirstAttemptDone(batch, info_->channel());
-      return false;
+      if (call != nullptr) {
+        call->OnFirstAttemptDone(batch, info_->channel());
+        return false;
+      }
     }
     factory_->hedge_timers()->Cancel(hedge_ride_->timer);
     return true;
@@ -479,7 +506,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       md->erase(HeaderString<kIdempotencyKeyHeader>());
       setup.metadata.assign(md->begin(), md->end());
     }
-    setup.channel = batch->GetInterceptedChannel();
+    setup.channel = ChannelBelowFor(batch);
     if (stream_) {
       call->MakeStream(StreamType(info_->type()), batch);
     } else {
@@ -505,6 +532,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     }
     // Re-enters Intercept() with this batch's receive hooks, which park.
     batch->Hijack();
+  }
+
+  // The channel below rpcguard, for the copies or attempts rpcguard sends;
+  // `batch` is the call's first.
+  std::shared_ptr<grpc::ChannelInterface> ChannelBelowFor(
+      InterceptorBatchMethods* batch) {
+    return below_->For(info_->channel(), place_, batch);
   }
 
   // A HijackedCall for this call, with what the application's context says
@@ -642,6 +676,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
   ClientRpcInfo* const info_;
   const std::shared_ptr<const FactoryState> factory_;
+  ChannelBelow* const below_;
+  const int place_;  // InterceptorPlace, read when the call was created
   // A streaming call (every type but UNARY).
   const bool stream_ = info_->type() != ClientRpcInfo::Type::UNARY;
   // Written by the first batch before Hijack()/Proceed(); later batches of
@@ -692,12 +728,14 @@ class RetryInterceptorFactory final
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       ClientRpcInfo* info) override {
-    return new RetryInterceptor(info, state_);
+    return new RetryInterceptor(info, state_, &below_);
   }
 
  private:
   // Shared with every interceptor, so calls in flight outlive the factory.
   std::shared_ptr<const FactoryState> state_;
+  // The channel below this factory's interceptors, kept for their calls.
+  ChannelBelow below_;
 };
 
 }  // namespace

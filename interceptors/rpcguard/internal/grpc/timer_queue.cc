@@ -14,7 +14,9 @@ namespace internal {
 TimerQueue::TimerQueue(Clock* real_clock, absl::Duration granularity)
     : clock_(real_clock),
       granularity_ns_(
-          std::max<int64_t>(1, absl::ToInt64Nanoseconds(granularity))) {}
+          std::max<int64_t>(1, absl::ToInt64Nanoseconds(granularity))) {
+  spare_.reserve(kSpareNodes);
+}
 
 std::shared_ptr<TimerQueue> TimerQueue::Create(Clock* real_clock,
                                                absl::Duration granularity) {
@@ -43,11 +45,24 @@ TimerQueue::Handle TimerQueue::Schedule(absl::Time when,
   {
     MutexLock lock(&mu_);
     handle = Handle(when, ++next_id_);
-    timers_.emplace(handle, Timer{std::move(target), run});
-    at = RoundUp(when);
-    if (at < armed_for_) {
-      dropped = std::move(alarm_);
-      set = ArmLocked(at, &generation);
+    if (spare_.empty()) {
+      timers_.emplace(handle, Timer{std::move(target), run});
+    } else {
+      Timers::node_type node = std::move(spare_.back());
+      spare_.pop_back();
+      node.key() = handle;
+      node.mapped().target = std::move(target);
+      node.mapped().run = run;
+      timers_.insert(std::move(node));
+    }
+    // RoundUp(when) >= when: a timer due at or after the armed alarm needs
+    // no earlier one, and most are (a hedge delay is mostly the same).
+    if (when < armed_for_) {
+      at = RoundUp(when);
+      if (at < armed_for_) {
+        dropped = std::move(alarm_);
+        set = ArmLocked(at, &generation);
+      }
     }
   }
   // Outside mu_: setting or destroying an alarm may run alarm callbacks.
@@ -86,8 +101,11 @@ void TimerQueue::OnAlarm(uint64_t generation) {
     armed_for_ = absl::InfiniteFuture();
     const absl::Time now = clock_->MonotonicNow();
     while (!timers_.empty() && timers_.begin()->first.first <= now) {
-      due.push_back(std::move(timers_.begin()->second));
-      timers_.erase(timers_.begin());
+      Timers::node_type node = timers_.extract(timers_.begin());
+      due.push_back(std::move(node.mapped()));
+      // A node Recycle has no room for is freed here, under mu_: it holds
+      // nothing but an empty weak reference by now.
+      Recycle(std::move(node));
     }
     if (!timers_.empty()) {
       at = RoundUp(timers_.begin()->first.first);
@@ -104,10 +122,20 @@ void TimerQueue::OnAlarm(uint64_t generation) {
   // reference while it runs, so dropping ours here is safe.
 }
 
+TimerQueue::Timers::node_type TimerQueue::Recycle(Timers::node_type node) {
+  // Emptied now: a kept node must not keep its target's memory.
+  node.mapped().target.reset();
+  if (spare_.size() < kSpareNodes) spare_.push_back(std::move(node));
+  return node;
+}
+
 bool TimerQueue::Cancel(const Handle& handle) {
+  Timers::node_type freed;
   {
     MutexLock lock(&mu_);
-    if (timers_.erase(handle) == 0) return false;
+    Timers::node_type node = timers_.extract(handle);
+    if (node.empty()) return false;
+    freed = Recycle(std::move(node));
   }
   // The armed alarm stays: firing once for nothing is cheaper than
   // cancelling it, which costs a hop to an executor thread.

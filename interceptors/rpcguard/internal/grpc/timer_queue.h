@@ -6,7 +6,9 @@
 // timer heap twice, and a hop to an executor thread for the cancellation
 // callback: about 10% of a no-failure call (bench/callgrind.sh, issue 14).
 // Here a timer is one ordered-map entry, cancelling it erases the entry, and
-// one Alarm, armed for the earliest entry, serves them all.
+// one Alarm, armed for the earliest entry, serves them all. Erased entries'
+// nodes are kept for the next timers (at most kSpareNodes of them), so a
+// steady stream of hedged calls allocates nothing for its timers.
 //
 // Timers fire on gRPC's alarm thread, at their time or up to `granularity`
 // later, never earlier: the alarm is armed on granularity boundaries, so a
@@ -24,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
@@ -67,6 +70,10 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
   // Timers waiting to run.
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The most erased entries kept for reuse: one per hedged call in flight
+  // up to this many; past it, nodes are freed as usual.
+  static constexpr size_t kSpareNodes = 64;
+
  private:
   // Arms a new alarm for `when` if no alarm is armed at or before it. Returns
   // the alarm to Set outside mu_, or null.
@@ -84,7 +91,14 @@ class TimerQueue : public std::enable_shared_from_this<TimerQueue> {
     std::weak_ptr<void> target;
     Run run;
   };
-  std::map<Handle, Timer> timers_ ABSL_GUARDED_BY(mu_);
+  using Timers = std::map<Handle, Timer>;
+  // Keeps `node`'s memory for a later Schedule, if there is room; returns
+  // what is left to free (outside mu_).
+  Timers::node_type Recycle(Timers::node_type node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Timers timers_ ABSL_GUARDED_BY(mu_);
+  std::vector<Timers::node_type> spare_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   // The armed alarm, the time it fires and its generation (an older
   // alarm's firing is ignored).

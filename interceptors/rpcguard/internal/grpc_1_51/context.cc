@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "rpcguard/internal/grpc_1_51/grpc_version.h"
+#include "rpcguard/internal/grpc_1_51/private_member.h"
 
 namespace rpcguard {
 namespace internal {
@@ -19,21 +20,6 @@ bool ContextAccessKnowsThisGrpc() { return RPCGUARD_GRPC_1_51 != 0; }
 
 #if RPCGUARD_GRPC_1_51
 namespace {
-
-// A pointer to a private member, handed out through a friend function that
-// the explicit instantiation of Expose defines: `Tag` declares it, so
-// argument-dependent lookup finds it as Get(Tag()).
-template <typename Tag, typename Tag::type kMember>
-struct Expose {
-  friend typename Tag::type Get(Tag) { return kMember; }
-};
-
-#define RPCGUARD_PRIVATE_MEMBER(TagName, Class, Type, member) \
-  struct TagName {                                            \
-    using type = Type Class::*;                               \
-    friend type Get(TagName);                                 \
-  };                                                          \
-  template struct Expose<TagName, &Class::member>
 
 RPCGUARD_PRIVATE_MEMBER(Authority, grpc::ClientContext, std::string,
                         authority_);
@@ -52,8 +38,6 @@ RPCGUARD_PRIVATE_MEMBER(DebugErrorString, grpc::ClientContext, std::string,
                         debug_error_string_);
 RPCGUARD_PRIVATE_MEMBER(CChannel, grpc::Channel, grpc_channel* const,
                         c_channel_);
-
-#undef RPCGUARD_PRIVATE_MEMBER
 
 }  // namespace
 #endif  // RPCGUARD_GRPC_1_51

@@ -8,8 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "rpcguard/internal/grpc_1_51/grpc_version.h"
+#include "rpcguard/internal/grpc_1_51/private_member.h"
 
 namespace rpcguard {
 namespace internal {
@@ -61,6 +64,24 @@ bool IsCallbackUnaryCall(grpc::experimental::InterceptorBatchMethods* batch,
   (void)batch;
   (void)context;
   return false;
+#endif
+}
+
+#if RPCGUARD_GRPC_1_51
+namespace {
+RPCGUARD_PRIVATE_MEMBER(
+    RpcInfoInterceptors, grpc::experimental::ClientRpcInfo,
+    std::vector<std::unique_ptr<grpc::experimental::Interceptor>>,
+    interceptors_);
+}  // namespace
+#endif  // RPCGUARD_GRPC_1_51
+
+int InterceptorPlace(const grpc::experimental::ClientRpcInfo& info) {
+#if RPCGUARD_GRPC_1_51
+  return static_cast<int>((info.*Get(RpcInfoInterceptors())).size());
+#else
+  (void)info;
+  return -1;
 #endif
 }
 

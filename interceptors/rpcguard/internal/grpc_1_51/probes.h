@@ -13,6 +13,7 @@
 #define RPCGUARD_INTERNAL_GRPC_1_51_PROBES_H_
 
 #include <grpcpp/client_context.h>
+#include <grpcpp/support/client_interceptor.h>
 #include <grpcpp/support/interceptor.h>
 
 namespace rpcguard {
@@ -48,6 +49,14 @@ bool IsProtobufMessage(const void* object);
 // answers false.
 bool IsCallbackUnaryCall(grpc::experimental::InterceptorBatchMethods* batch,
                          grpc::ClientContext* context);
+
+// The place the interceptor being made for `info`'s call will have among
+// the call's interceptors: the number made before it. Valid only inside a
+// factory's CreateClientInterceptor (gRPC 1.51 appends each interceptor as
+// its factory returns it). The intercepted channel a batch of the call gives
+// (GetInterceptedChannel) is the call's channel from this place plus one, so
+// the pair (channel, place) says which one it is. -1 on another gRPC.
+int InterceptorPlace(const grpc::experimental::ClientRpcInfo& info);
 
 }  // namespace internal
 }  // namespace rpcguard

@@ -168,6 +168,40 @@ TEST_F(TimerQueueTest, ManyTimersFromManyThreads) {
   EXPECT_EQ(queue_->size(), 0u);
 }
 
+// Cancelled and run entries' nodes are reused (kSpareNodes of them): more
+// cancels than the queue keeps, then timers on reused nodes, scheduled out
+// of order. Each runs once, in time order, never early; no cancelled
+// timer's callback runs through a reused node; nothing is left behind.
+TEST_F(TimerQueueTest, ReusedEntriesRunOnlyTheirOwnTimers) {
+  const absl::Time t0 = Clock::Real()->MonotonicNow();
+  std::atomic<int> stale_runs{0};
+  const int cancelled = static_cast<int>(TimerQueue::kSpareNodes) + 36;
+  for (int i = 0; i < cancelled; ++i) {
+    TimerQueue::Handle h = Schedule(t0 + absl::Milliseconds(5 + i % 7),
+                                    [&stale_runs] { stale_runs.fetch_add(1); });
+    ASSERT_TRUE(queue_->Cancel(h));
+  }
+  EXPECT_EQ(queue_->size(), 0u);
+  const absl::Time at[] = {t0 + absl::Milliseconds(50),
+                           t0 + absl::Milliseconds(10),
+                           t0 + absl::Milliseconds(30)};
+  for (int i = 0; i < 3; ++i) Schedule(at[i], Record(i, 3));
+  EXPECT_EQ(queue_->size(), 3u);
+  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // Past every cancelled timer's time, and past the queue's granularity.
+  absl::SleepFor(absl::Milliseconds(20));
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(ran_.size(), 3u);
+    EXPECT_EQ(ran_[0].first, 1);
+    EXPECT_EQ(ran_[1].first, 2);
+    EXPECT_EQ(ran_[2].first, 0);
+    for (const auto& [id, when] : ran_) EXPECT_GE(when, at[id]);
+  }
+  EXPECT_EQ(stale_runs.load(), 0);
+  EXPECT_EQ(queue_->size(), 0u);
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace rpcguard

@@ -1,0 +1,47 @@
+// Copyright rpcguard authors.
+
+#include "rpcguard/internal/grpc/channel_below.h"
+
+#include <utility>
+
+namespace rpcguard {
+namespace internal {
+
+ChannelBelow::~ChannelBelow() { delete kept_.load(std::memory_order_acquire); }
+
+std::shared_ptr<grpc::ChannelInterface> ChannelBelow::For(
+    grpc::ChannelInterface* channel, int place,
+    grpc::experimental::InterceptorBatchMethods* batch) {
+  if (place >= 0) {
+    const Kept* kept = kept_.load(std::memory_order_acquire);
+    if (kept == nullptr) return Keep(channel, place, batch);
+    if (kept->channel == channel && kept->place == place &&
+        !kept->alive.expired()) {
+      return kept->below;
+    }
+  }
+  return std::shared_ptr<grpc::ChannelInterface>(
+      batch->GetInterceptedChannel());
+}
+
+std::shared_ptr<grpc::ChannelInterface> ChannelBelow::Keep(
+    grpc::ChannelInterface* channel, int place,
+    grpc::experimental::InterceptorBatchMethods* batch) {
+  std::shared_ptr<grpc::ChannelInterface> below(batch->GetInterceptedChannel());
+  // Interceptors run only on grpc::Channel, which is always shared.
+  auto* real = dynamic_cast<grpc::Channel*>(channel);
+  if (below == nullptr || real == nullptr) return below;
+  auto kept = std::make_unique<Kept>(
+      Kept{channel, place, real->weak_from_this(), below});
+  if (kept->alive.expired()) return below;
+  const Kept* expected = nullptr;
+  // Another call may have kept its own first: this one's is then dropped.
+  if (kept_.compare_exchange_strong(expected, kept.get(),
+                                    std::memory_order_acq_rel)) {
+    kept.release();
+  }
+  return below;
+}
+
+}  // namespace internal
+}  // namespace rpcguard
