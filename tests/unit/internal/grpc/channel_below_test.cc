@@ -37,6 +37,19 @@ namespace exp = ::grpc::experimental;
 constexpr char kGet[] = "/rpcguard.testing.v1.FaultService/Get";
 constexpr char kPut[] = "/rpcguard.testing.v1.FaultService/Put";
 
+// A sync call of `method` (Get or Put) on `channel`, 10 s to answer.
+grpc::Status Call(const std::shared_ptr<grpc::ChannelInterface>& channel,
+                  const char* method) {
+  FaultRequest req;
+  req.set_op_id(method == kPut ? "put" : "side");
+  FaultReply reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stub = FaultService::NewStub(channel);
+  return method == kPut ? stub->Put(&ctx, req, &reply)
+                        : stub->Get(&ctx, req, &reply);
+}
+
 // The methods of the calls an interceptor saw start.
 struct Seen {
   absl::Mutex mu;
@@ -102,14 +115,7 @@ class Sending : public exp::Interceptor {
       if (std::string(info_->method()) == kPut) {
         std::shared_ptr<grpc::ChannelInterface> below =
             below_->For(info_->channel(), place_, batch);
-        FaultRequest req;
-        req.set_op_id("side");
-        FaultReply reply;
-        grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-        const grpc::Status status =
-            FaultService::NewStub(below)->Get(&ctx, req, &reply);
+        const grpc::Status status = Call(below, kGet);
         absl::MutexLock lock(&sent_->mu);
         sent_->below.push_back(below);
         sent_->status.push_back(status.error_code());
@@ -160,13 +166,7 @@ class ChannelBelowTest : public ::testing::Test {
   }
 
   static grpc::Status Put(const std::shared_ptr<grpc::Channel>& channel) {
-    FaultRequest req;
-    req.set_op_id("put");
-    FaultReply reply;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
-    return FaultService::NewStub(channel)->Put(&ctx, req, &reply);
+    return Call(channel, kPut);
   }
 
   std::vector<grpc::ChannelInterface*> Below() {

@@ -53,6 +53,20 @@ class TimerQueueTest : public ::testing::Test {
     };
   }
 
+  // Schedules timers 0, 1 and 2 at `at` (1 earliest, then 2, then 0),
+  // waits for them, and checks they ran in time order, never early.
+  void ExpectThreeRunInTimeOrder(const absl::Time (&at)[3]) {
+    for (int i = 0; i < 3; ++i) Schedule(at[i], Record(i, 3));
+    EXPECT_EQ(queue_->size(), 3u);
+    ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(ran_.size(), 3u);
+    EXPECT_EQ(ran_[0].first, 1);
+    EXPECT_EQ(ran_[1].first, 2);
+    EXPECT_EQ(ran_[2].first, 0);
+    for (const auto& [id, when] : ran_) EXPECT_GE(when, at[id]);
+  }
+
   std::shared_ptr<TimerQueue> queue_ = TimerQueue::Create();
   absl::Mutex mu_;
   std::vector<std::pair<int, absl::Time>> ran_;
@@ -65,15 +79,7 @@ TEST_F(TimerQueueTest, RunsInTimeOrderAndNeverEarly) {
   const absl::Time at[] = {t0 + absl::Milliseconds(60),
                            t0 + absl::Milliseconds(20),
                            t0 + absl::Milliseconds(40)};
-  for (int i = 0; i < 3; ++i) Schedule(at[i], Record(i, 3));
-  EXPECT_EQ(queue_->size(), 3u);
-  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  absl::MutexLock lock(&mu_);
-  ASSERT_EQ(ran_.size(), 3u);
-  EXPECT_EQ(ran_[0].first, 1);
-  EXPECT_EQ(ran_[1].first, 2);
-  EXPECT_EQ(ran_[2].first, 0);
-  for (const auto& [id, when] : ran_) EXPECT_GE(when, at[id]);
+  ExpectThreeRunInTimeOrder(at);
   EXPECT_EQ(queue_->size(), 0u);
 }
 
@@ -185,19 +191,9 @@ TEST_F(TimerQueueTest, ReusedEntriesRunOnlyTheirOwnTimers) {
   const absl::Time at[] = {t0 + absl::Milliseconds(50),
                            t0 + absl::Milliseconds(10),
                            t0 + absl::Milliseconds(30)};
-  for (int i = 0; i < 3; ++i) Schedule(at[i], Record(i, 3));
-  EXPECT_EQ(queue_->size(), 3u);
-  ASSERT_TRUE(done_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ExpectThreeRunInTimeOrder(at);
   // Past every cancelled timer's time, and past the queue's granularity.
   absl::SleepFor(absl::Milliseconds(20));
-  {
-    absl::MutexLock lock(&mu_);
-    ASSERT_EQ(ran_.size(), 3u);
-    EXPECT_EQ(ran_[0].first, 1);
-    EXPECT_EQ(ran_[1].first, 2);
-    EXPECT_EQ(ran_[2].first, 0);
-    for (const auto& [id, when] : ran_) EXPECT_GE(when, at[id]);
-  }
   EXPECT_EQ(stale_runs.load(), 0);
   EXPECT_EQ(queue_->size(), 0u);
 }
