@@ -21,9 +21,32 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
 
 namespace rpcguard {
 namespace internal {
+
+// The channel below rpcguard as one call holds it: the factory's kept one
+// (shared) or the call's own. Two members, not one shared_ptr: making a
+// call's own channel shared would cost a second allocation, on every call
+// where the place is not known.
+class ChannelBelowRef {
+ public:
+  ChannelBelowRef() = default;
+  explicit ChannelBelowRef(std::shared_ptr<grpc::ChannelInterface> kept)
+      : kept_(std::move(kept)) {}
+  explicit ChannelBelowRef(std::unique_ptr<grpc::ChannelInterface> own)
+      : own_(std::move(own)) {}
+
+  // Null when it holds none.
+  grpc::ChannelInterface* get() const {
+    return kept_ != nullptr ? kept_.get() : own_.get();
+  }
+
+ private:
+  std::shared_ptr<grpc::ChannelInterface> kept_;
+  std::unique_ptr<grpc::ChannelInterface> own_;
+};
 
 class ChannelBelow {
  public:
@@ -36,9 +59,8 @@ class ChannelBelow {
   // not known) of a call on `channel`. `batch` is a batch of that call
   // being intercepted now (so `channel` is alive); the result is what its
   // GetInterceptedChannel() would give, shared when it can be. Thread-safe.
-  std::shared_ptr<grpc::ChannelInterface> For(
-      grpc::ChannelInterface* channel, int place,
-      grpc::experimental::InterceptorBatchMethods* batch);
+  ChannelBelowRef For(grpc::ChannelInterface* channel, int place,
+                      grpc::experimental::InterceptorBatchMethods* batch);
 
  private:
   struct Kept {
@@ -49,9 +71,8 @@ class ChannelBelow {
     std::weak_ptr<grpc::Channel> alive;
     std::shared_ptr<grpc::ChannelInterface> below;
   };
-  std::shared_ptr<grpc::ChannelInterface> Keep(
-      grpc::ChannelInterface* channel, int place,
-      grpc::experimental::InterceptorBatchMethods* batch);
+  ChannelBelowRef Keep(grpc::ChannelInterface* channel, int place,
+                       grpc::experimental::InterceptorBatchMethods* batch);
 
   // Set once, by the first call that can be kept; owned.
   std::atomic<const Kept*> kept_{nullptr};

@@ -156,11 +156,11 @@ void HijackedCall::OnFirstAttemptDone(InterceptorBatchMethods* batch,
                      ": the server sent none, or one not of the "
                      "application's response type"));
   }
-  if (!status.ok() && !sent_once_ && setup_.channel == nullptr) {
+  if (!status.ok() && !sent_once_ && setup_.channel.get() == nullptr) {
     // What later attempts need, only now that there may be any. Written
     // before the engine lets a canceller or a timer send one. (A riding
     // hedged call's are set already, and copies use them.)
-    setup_.channel = batch->GetInterceptedChannel();
+    setup_.channel = ChannelBelowRef(batch->GetInterceptedChannel());
     setup_.rpc_method = &method_.RpcMethodFor(channel);
   }
   AttemptReport report =

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "rpcguard/internal/engine/call_engine.h"
 #include "rpcguard/internal/grpc/attempt_transport.h"
+#include "rpcguard/internal/grpc/channel_below.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/final_outcome.h"
 #include "rpcguard/internal/grpc/parent_watch.h"
@@ -90,7 +91,7 @@ class HijackedCall final : public CallIo,
   struct Setup {
     // The channel below rpcguard (ChannelBelow: shared with the factory's
     // other calls), and how attempts name the method on it.
-    std::shared_ptr<grpc::ChannelInterface> channel;
+    ChannelBelowRef channel;
     const grpc::internal::RpcMethod* rpc_method = nullptr;
     grpc::ByteBuffer request;
     Metadata metadata;  // the caller's, less rpcguard's own keys

@@ -93,7 +93,7 @@ struct HedgeRide {
   // engine). Here, not in the interceptor: a call that is not hedged pays
   // for none of it.
   absl::Duration delay;
-  std::shared_ptr<grpc::ChannelInterface> channel;
+  ChannelBelowRef channel;
 };
 
 class RetryInterceptor final : public grpc::experimental::Interceptor {
@@ -536,8 +536,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
 
   // The channel below rpcguard, for the copies or attempts rpcguard sends;
   // `batch` is the call's first.
-  std::shared_ptr<grpc::ChannelInterface> ChannelBelowFor(
-      InterceptorBatchMethods* batch) {
+  ChannelBelowRef ChannelBelowFor(InterceptorBatchMethods* batch) {
     return below_->For(info_->channel(), place_, batch);
   }
 
@@ -581,7 +580,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.metadata = std::move(caller_metadata_);
     // kRide: what a retry resends; kMetadataOnly: the give-up hook's copy.
     setup.request.Swap(&request_);
-    if (hedge_ride_ != nullptr && hedge_ride_->channel != nullptr) {
+    if (hedge_ride_ != nullptr && hedge_ride_->channel.get() != nullptr) {
       setup.channel = std::move(hedge_ride_->channel);
       setup.rpc_method = &method_->RpcMethodFor(info_->channel());
     }

@@ -95,8 +95,8 @@ class RecordingFactory : public exp::ClientInterceptorFactoryInterface {
 // channel it was given and the Get's status.
 struct Sent {
   absl::Mutex mu;
-  std::vector<std::shared_ptr<grpc::ChannelInterface>> below
-      ABSL_GUARDED_BY(mu);
+  // Kept to the test's end, so that no two hold one address in turn.
+  std::vector<ChannelBelowRef> below ABSL_GUARDED_BY(mu);
   std::vector<grpc::StatusCode> status ABSL_GUARDED_BY(mu);
 };
 
@@ -113,11 +113,14 @@ class Sending : public exp::Interceptor {
         seen_->methods.push_back(info_->method());
       }
       if (std::string(info_->method()) == kPut) {
-        std::shared_ptr<grpc::ChannelInterface> below =
-            below_->For(info_->channel(), place_, batch);
-        const grpc::Status status = Call(below, kGet);
+        ChannelBelowRef below = below_->For(info_->channel(), place_, batch);
+        // A stub needs a shared_ptr: one that owns nothing.
+        const grpc::Status status =
+            Call(std::shared_ptr<grpc::ChannelInterface>(
+                     std::shared_ptr<void>(), below.get()),
+                 kGet);
         absl::MutexLock lock(&sent_->mu);
-        sent_->below.push_back(below);
+        sent_->below.push_back(std::move(below));
         sent_->status.push_back(status.error_code());
       }
     }
