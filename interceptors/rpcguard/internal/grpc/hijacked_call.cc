@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rpcguard/base/block_pool.h"
 #include "rpcguard/internal/grpc/attempt_call.h"
 #include "rpcguard/internal/grpc/deadline.h"
 #include "rpcguard/internal/grpc/sending_scope.h"
@@ -266,8 +267,10 @@ void HijackedCall::Cancel(const std::shared_ptr<void>& context) {
 }
 
 std::shared_ptr<EngineAttempt> HijackedCall::Unary::NewAttempt() {
-  auto attempt = std::make_shared<GrpcAttempt>();
-  attempt->context = std::make_shared<grpc::ClientContext>();
+  auto attempt =
+      std::allocate_shared<GrpcAttempt>(PoolAllocator<GrpcAttempt>());
+  attempt->context = std::allocate_shared<grpc::ClientContext>(
+      PoolAllocator<grpc::ClientContext>());
   return attempt;
 }
 

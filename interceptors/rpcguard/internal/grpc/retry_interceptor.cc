@@ -36,6 +36,7 @@
 #include <string>
 #include <utility>
 
+#include "rpcguard/base/block_pool.h"
 #include "rpcguard/base/mutex.h"
 #include "rpcguard/base/uuid.h"
 #include "rpcguard/decision/call_plan.h"
@@ -546,9 +547,10 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   std::shared_ptr<HijackedCall> NewHijackedCall(
       std::optional<GiveUpReason> sent_once = std::nullopt) {
     grpc::ClientContext* app = info_->client_context();
-    auto call = std::make_shared<HijackedCall>(
-        factory_, *method_, caller_deadline_.on_clock, plan_.may_repeat,
-        plan_.hedge, call_override_, sent_once);
+    auto call = std::allocate_shared<HijackedCall>(
+        PoolAllocator<HijackedCall>(), factory_, *method_,
+        caller_deadline_.on_clock, plan_.may_repeat, plan_.hedge,
+        call_override_, sent_once);
     HijackedCall::Setup& setup = call->setup();
     setup.method_owner = own_method_;
     setup.grpc_deadline = caller_deadline_.on_grpc;
