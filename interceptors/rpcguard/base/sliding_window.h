@@ -52,13 +52,17 @@ class SlidingWindow {
   // as that later time: callers read the clock before taking their lock, so
   // concurrent callers may arrive slightly out of order.
   void Add(absl::Time now, int64_t a, int64_t b) {
-    const int64_t epoch = Advance(now);
-    Bucket& bucket = buckets_[Slot(epoch)];
+    // Most adds land in the latest bucket: no division, no conversion.
+    Bucket* bucket = now < latest_end_ ? &buckets_[latest_slot_] : nullptr;
+    if (bucket == nullptr) {
+      Advance(now);
+      bucket = &buckets_[latest_slot_];
+    }
     // A bucket of another epoch has left the window: Advance took it out of
     // the totals.
-    if (bucket.epoch != epoch) bucket = Bucket{epoch, Counts{}};
-    bucket.counts.a += a;
-    bucket.counts.b += b;
+    if (bucket->epoch != latest_) *bucket = Bucket{latest_, Counts{}};
+    bucket->counts.a += a;
+    bucket->counts.b += b;
     total_.a += a;
     total_.b += b;
   }
@@ -66,7 +70,7 @@ class SlidingWindow {
   // Sums the buckets inside the window that ends at `now`. Constant time:
   // the totals are kept as buckets are added to and leave the window.
   Counts Sum(absl::Time now) {
-    Advance(now);
+    if (!(now < latest_end_)) Advance(now);
     return total_;
   }
 
@@ -74,6 +78,7 @@ class SlidingWindow {
   void Clear() {
     for (Bucket& bucket : buckets_) bucket = Bucket{};
     total_ = Counts{};
+    // latest_ stays: a later time still starts a later bucket.
   }
 
  private:
@@ -82,25 +87,30 @@ class SlidingWindow {
     Counts counts;
   };
 
-  int64_t Advance(absl::Time now) {
+  // Moves the window to end at `now`'s bucket, if that is later than
+  // latest_.
+  void Advance(absl::Time now) {
     const int64_t ns = absl::ToUnixNanos(now);
     // Floor division: times before 1970 still map to increasing buckets.
     int64_t epoch = ns / width_ns_;
     if (ns % width_ns_ < 0) --epoch;
-    if (epoch > latest_) {
-      // Once per bucket width at most: take the buckets that leave the
-      // window out of the totals.
-      latest_ = epoch;
-      const int64_t oldest = epoch - static_cast<int64_t>(buckets_.size()) + 1;
-      for (Bucket& bucket : buckets_) {
-        if (bucket.epoch != INT64_MIN && bucket.epoch < oldest) {
-          total_.a -= bucket.counts.a;
-          total_.b -= bucket.counts.b;
-          bucket = Bucket{};
-        }
+    if (epoch <= latest_) return;
+    // Once per bucket width at most: take the buckets that leave the
+    // window out of the totals.
+    latest_ = epoch;
+    latest_slot_ = Slot(epoch);
+    // Saturates rather than overflow at the far end of time.
+    latest_end_ = epoch >= INT64_MAX / width_ns_
+                      ? absl::InfiniteFuture()
+                      : absl::FromUnixNanos((epoch + 1) * width_ns_);
+    const int64_t oldest = epoch - static_cast<int64_t>(buckets_.size()) + 1;
+    for (Bucket& bucket : buckets_) {
+      if (bucket.epoch != INT64_MIN && bucket.epoch < oldest) {
+        total_.a -= bucket.counts.a;
+        total_.b -= bucket.counts.b;
+        bucket = Bucket{};
       }
     }
-    return latest_;
   }
 
   size_t Slot(int64_t epoch) const {
@@ -111,6 +121,9 @@ class SlidingWindow {
   const int64_t width_ns_;
   std::vector<Bucket> buckets_;
   int64_t latest_ = INT64_MIN;
+  size_t latest_slot_ = 0;
+  // Where latest_'s bucket ends: a time before it adds to that bucket.
+  absl::Time latest_end_ = absl::InfinitePast();
   Counts total_;  // of the buckets inside the window ending at latest_
 };
 
@@ -144,7 +157,7 @@ class StripedWindow {
   template <typename Keep>
   bool AddIf(absl::Time now, int64_t a, int64_t b, Keep keep) {
     Stripe& stripe = *stripes_[ThisThreadStripe()];
-    MutexLock lock(&stripe.mu);
+    ScopedLock<SpinLock> lock(&stripe.mu);
     if (!keep()) return false;
     stripe.window.Add(now, a, b);
     return true;
@@ -159,7 +172,7 @@ class StripedWindow {
   SlidingWindow::Counts Sum(absl::Time now) {
     SlidingWindow::Counts sum;
     for (auto& stripe : stripes_) {
-      MutexLock lock(&stripe->mu);
+      ScopedLock<SpinLock> lock(&stripe->mu);
       const SlidingWindow::Counts c = stripe->window.Sum(now);
       sum.a += c.a;
       sum.b += c.b;
@@ -184,16 +197,20 @@ class StripedWindow {
   // A cache line of its own for the lock and the window's bookkeeping.
   struct alignas(64) Stripe {
     Stripe(absl::Duration window, int buckets) : window(window, buckets) {}
-    Mutex mu;
+    SpinLock mu;
     SlidingWindow window ABSL_GUARDED_BY(mu);
   };
 
   // Threads take stripes round-robin, in the order they first count.
+  // (Constant-initialized, so that reading it needs no guard.)
   static size_t ThisThreadStripe() {
-    static std::atomic<size_t> next{0};
-    thread_local const size_t stripe =
-        next.fetch_add(1, std::memory_order_relaxed) % StripeCount();
-    return stripe;
+    thread_local size_t stripe_plus_one = 0;
+    if (stripe_plus_one == 0) {
+      static std::atomic<size_t> next{0};
+      stripe_plus_one =
+          next.fetch_add(1, std::memory_order_relaxed) % StripeCount() + 1;
+    }
+    return stripe_plus_one - 1;
   }
 
   std::vector<std::unique_ptr<Stripe>> stripes_;

@@ -69,10 +69,34 @@ size_t BucketOf(absl::Duration d, const std::array<double, N>& bounds) {
   return i;
 }
 
-uint64_t NonNegativeNanos(absl::Duration d) {
-  const absl::Duration capped =
-      std::min(std::max(d, absl::ZeroDuration()), absl::Hours(24 * 365));
-  return static_cast<uint64_t>(absl::ToInt64Nanoseconds(capped));
+// kDurationBucketsSeconds in nanoseconds, rounded to the nearest one.
+constexpr std::array<uint64_t, kDurationBucketsSeconds.size()>
+    kDurationBucketsNanos = [] {
+      std::array<uint64_t, kDurationBucketsSeconds.size()> ns{};
+      for (size_t i = 0; i < ns.size(); ++i) {
+        ns[i] = static_cast<uint64_t>(kDurationBucketsSeconds[i] * 1e9 + 0.5);
+      }
+      return ns;
+    }();
+
+// A duration as the duration histograms count it: its bucket and its
+// nanoseconds (negative as zero, capped at a year), from one conversion (a
+// call's no-failure path records two).
+struct DurationSample {
+  size_t bucket = 0;
+  uint64_t nanos = 0;
+};
+
+DurationSample SampleOf(absl::Duration d) {
+  constexpr int64_t kYear = int64_t{365} * 24 * 3600 * 1000000000;
+  const int64_t ns = absl::ToInt64Nanoseconds(d);  // saturates
+  DurationSample s;
+  s.nanos = ns <= 0 ? 0 : static_cast<uint64_t>(std::min(ns, kYear));
+  while (s.bucket < kDurationBucketsNanos.size() &&
+         s.nanos > kDurationBucketsNanos[s.bucket]) {
+    ++s.bucket;
+  }
+  return s;
 }
 
 template <size_t N>
@@ -197,8 +221,9 @@ void Stats::RecordAttemptEnded(MethodHandle* h, grpc::StatusCode code,
                                absl::Duration duration) {
   Add(h->attempts);
   Add(h->attempts_by_code[CodeIndex(code)]);
-  Add(h->attempt_duration[BucketOf(duration, kDurationBucketsSeconds)]);
-  Add(h->attempt_duration_ns, NonNegativeNanos(duration));
+  const DurationSample sample = SampleOf(duration);
+  Add(h->attempt_duration[sample.bucket]);
+  Add(h->attempt_duration_ns, sample.nanos);
 }
 
 void Stats::WatchBudget(absl::string_view key,
@@ -239,8 +264,9 @@ void Stats::RecordRetry(MethodHandle* h, absl::Duration delay) {
 void Stats::RecordCallEnded(MethodHandle* h, const CallEnd& end) {
   Add(h->calls);
   Add(h->calls_by_code[CodeIndex(end.code)]);
-  Add(h->call_duration[BucketOf(end.duration, kDurationBucketsSeconds)]);
-  Add(h->call_duration_ns, NonNegativeNanos(end.duration));
+  const DurationSample sample = SampleOf(end.duration);
+  Add(h->call_duration[sample.bucket]);
+  Add(h->call_duration_ns, sample.nanos);
   if (end.reason != GiveUpReason::kNone) {
     const int reason = ReasonIndex(end.reason);
     Add(h->give_ups[reason]);

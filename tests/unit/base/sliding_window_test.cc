@@ -49,6 +49,24 @@ TEST(SlidingWindowTest, AnEarlierTimeCountsAsTheLatestSeen) {
   EXPECT_EQ(w.Sum(kStart + absl::Seconds(30)).a, 0);
 }
 
+// An add before the latest bucket's end takes the fast path (no bucket
+// arithmetic); one at that end exactly starts the next bucket.
+TEST(SlidingWindowTest, ABucketEndsExactlyAtItsWidth) {
+  SlidingWindow w(absl::Seconds(10), 10);
+  w.Add(kStart, 1, 0);
+  w.Add(kStart + absl::Seconds(1) - absl::Nanoseconds(1), 1, 0);  // bucket 0
+  w.Add(kStart + absl::Seconds(1), 1, 1);                         // bucket 1
+  EXPECT_EQ(w.Sum(kStart + absl::Seconds(10) - absl::Nanoseconds(1)).a, 3);
+  const SlidingWindow::Counts c = w.Sum(kStart + absl::Seconds(10));
+  EXPECT_EQ(c.a, 1);
+  EXPECT_EQ(c.b, 1);
+  // Counts after a Clear still land in the latest bucket and age out.
+  w.Clear();
+  w.Add(kStart + absl::Seconds(10), 2, 0);
+  EXPECT_EQ(w.Sum(kStart + absl::Seconds(19) + absl::Milliseconds(999)).a, 2);
+  EXPECT_EQ(w.Sum(kStart + absl::Seconds(20)).a, 0);
+}
+
 TEST(SlidingWindowTest, TimesBeforeTheEpochFloor) {
   SlidingWindow w(absl::Seconds(10), 10);
   const absl::Time t = absl::UnixEpoch() - absl::Milliseconds(500);

@@ -819,11 +819,12 @@ void CallEngine::RecordEnd(const TraceEvent& terminal, int attempts) const {
 }
 
 void CallEngine::Trace(TraceEvent& event, const grpc::Status* status) const {
-  event.time = env_.clock->WallNow();
   event.call_id = call_id_;
   env_.recorder->Trace(
       event,
       [&](TraceEvent& e) {
+        // Read only for a line that is written.
+        e.time = env_.clock->WallNow();
         e.idempotency_key = io_->key();
         if (const CorrelationIds* ids = io_->correlation()) ids->FillIn(e);
         if (status != nullptr) e.message = status->error_message();
