@@ -426,8 +426,8 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   const PolicyStep step = policy_impl_->OnAttemptEnd(facts, gen);
   // Served when the call is decided: now (Finish), or later.
   if (hold != nullptr) parked_.push_back(hold);
-  TraceEvent line;
-  bool traced = false;
+  // Built only when the call goes on: most calls end at their first attempt.
+  std::optional<TraceEvent> line;
   if (step.done) {
     Finish(status, step.reason, attempt.get(), TraceEvent::Kind::kAttempt,
            step.status_class, a, /*keep=*/nullptr, attempt->ended_at);
@@ -449,16 +449,16 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
     a.replaces = step.replaces;
     a.timer = step.timer;
     a.watch_parent = step.idle;
-    line.attempt = attempt->number;
-    line.code = status.error_code();
-    line.status_class = step.status_class;
-    line.decision = step.decision;
-    line.backoff = step.trace_backoff;
-    line.deadline_left = controller_.Remaining();
-    line.attempt_duration = controller_.Now() - attempt->sent;
-    traced = true;
+    line.emplace();
+    line->attempt = attempt->number;
+    line->code = status.error_code();
+    line->status_class = step.status_class;
+    line->decision = step.decision;
+    line->backoff = step.trace_backoff;
+    line->deadline_left = controller_.Remaining();
+    line->attempt_duration = controller_.Now() - attempt->sent;
     // Counted here, by what was decided, traced or not.
-    env_.recorder->AttemptEnded(line.code, line.attempt_duration);
+    env_.recorder->AttemptEnded(line->code, line->attempt_duration);
     if (step.decision == TraceDecision::kRetry) {
       env_.recorder->Retried(step.trace_backoff);
     }
@@ -476,7 +476,7 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
       env_.latency != nullptr) {
     env_.latency->Record(Now() - attempt->sent);
   }
-  if (traced) Trace(line, &status);
+  if (line.has_value()) Trace(*line, &status);
   Act(a);
 }
 
