@@ -31,10 +31,14 @@
 
 #include "rpcguard/internal/grpc/retry_interceptor.h"
 
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rpcguard/base/block_pool.h"
 #include "rpcguard/base/mutex.h"
@@ -358,9 +362,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     Stats::RecordAttemptStarted(method_->stats);
     if (mode_ == CallMode::kRide) {
       // What a retry would need, kept cheaply: the call's state is built
-      // only if attempt 1 fails (OwnCallFailed). Copied: the application's
+      // only if attempt 1 fails (OwnCallFailed). Shared: the application's
       // call sends the request too.
-      request_ = *batch->GetSerializedSendMessage();
+      KeepRequest(batch);
       ride_response_ = batch->GetRecvMessage();
       if (has_metadata) {
         md->erase(HeaderString<kIdempotencyKeyHeader>());
@@ -370,7 +374,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     } else if (factory_->give_up_hook() &&
                batch->QueryInterceptionHookPoint(
                    InterceptionHookPoints::PRE_SEND_MESSAGE)) {
-      request_ = *batch->GetSerializedSendMessage();
+      KeepRequest(batch);
     }
     if (add_key) md->emplace(HeaderString<kIdempotencyKeyHeader>(), key_);
     md->emplace(HeaderString<kAttemptHeader>(), "1");
@@ -431,7 +435,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.idempotency_key = std::move(key_);
     setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
-    setup.request.Swap(&request_);
+    RestoreRequest(&setup.request);
     setup.channel = std::move(ride->channel);
     setup.rpc_method = &method_->RpcMethodFor(info_->channel());
     // Joined before anything can cancel it: a cancel then finds attempt 1.
@@ -541,6 +545,34 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     return below_->For(info_->channel(), place_, batch);
   }
 
+  // Keeps the request's slices (references, not bytes): the one slice of
+  // most requests without allocating, else all of them. A grpc::ByteBuffer
+  // copy would cost as little to make, but destroying one enters gRPC's
+  // ExecCtx: about 500 instructions on every call that rides, paid when
+  // nothing failed (issue 31, bench/RESULTS.md).
+  void KeepRequest(InterceptorBatchMethods* batch) {
+    const grpc::ByteBuffer& request = *batch->GetSerializedSendMessage();
+    if (request.TrySingleSlice(&request_slice_).ok()) {
+      request_kept_ = RequestKept::kOneSlice;
+    } else if (request.Dump(&request_slices_).ok()) {
+      request_kept_ = RequestKept::kSlices;
+    }
+  }
+
+  // The kept request as a ByteBuffer for the call's own attempts (a failure
+  // needs it): its slices shared again. Nothing kept leaves `out` as it is.
+  void RestoreRequest(grpc::ByteBuffer* out) {
+    if (request_kept_ == RequestKept::kNothing) return;
+    grpc::ByteBuffer kept =
+        request_kept_ == RequestKept::kOneSlice
+            ? grpc::ByteBuffer(&request_slice_, 1)
+            : grpc::ByteBuffer(request_slices_.data(), request_slices_.size());
+    out->Swap(&kept);
+    request_slice_ = grpc::Slice();
+    request_slices_.clear();
+    request_kept_ = RequestKept::kNothing;
+  }
+
   // A HijackedCall for this call, with what the application's context says
   // (its deadline as read when the call started: caller_deadline_).
   // `sent_once`: the call is sent once, for this reason of the plan's.
@@ -581,7 +613,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     setup.correlation = std::move(correlation_);
     setup.metadata = std::move(caller_metadata_);
     // kRide: what a retry resends; kMetadataOnly: the give-up hook's copy.
-    setup.request.Swap(&request_);
+    RestoreRequest(&setup.request);
     if (hedge_ride_ != nullptr && hedge_ride_->channel.get() != nullptr) {
       setup.channel = std::move(hedge_ride_->channel);
       setup.rpc_method = &method_->RpcMethodFor(info_->channel());
@@ -705,8 +737,13 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
   // kMetadataOnly, kRide: the breaker's admission of attempt 1.
   std::optional<Admission> admission_;
   // kRide: the request (also kMetadataOnly, for a give-up hook), the
-  // application's response object and the caller's metadata.
-  grpc::ByteBuffer request_;
+  // application's response object and the caller's metadata. The request
+  // is kept as its slices, shared with the application's call
+  // (KeepRequest).
+  enum class RequestKept { kNothing, kOneSlice, kSlices };
+  RequestKept request_kept_ = RequestKept::kNothing;
+  grpc::Slice request_slice_;
+  std::vector<grpc::Slice> request_slices_;
   void* ride_response_ = nullptr;
   Metadata caller_metadata_;
   // kHijack, kFailFast: the call that parks this call's batches.
