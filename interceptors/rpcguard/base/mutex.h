@@ -121,19 +121,8 @@ class ABSL_SCOPED_LOCKABLE ScopedLock {
   Lock* const mu_;
 };
 
-// Holds `mu` for the scope.
-class ABSL_SCOPED_LOCKABLE MutexLock {
- public:
-  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->Lock();
-  }
-  ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
-  MutexLock(const MutexLock&) = delete;
-  MutexLock& operator=(const MutexLock&) = delete;
-
- private:
-  Mutex* const mu_;
-};
+// Holds a Mutex for the scope.
+using MutexLock = ScopedLock<Mutex>;
 
 }  // namespace internal
 }  // namespace rpcguard
