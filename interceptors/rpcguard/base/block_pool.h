@@ -39,9 +39,15 @@ template <size_t kSize>
 class BlockPool {
  public:
   static constexpr int kSlots = 16;
+  // Whether freed blocks are kept (false under AddressSanitizer).
+#ifdef ABSL_HAVE_ADDRESS_SANITIZER
+  static constexpr bool kKeeps = false;
+#else
+  static constexpr bool kKeeps = true;
+#endif
 
   static void* Take() {
-#ifndef ABSL_HAVE_ADDRESS_SANITIZER
+    if (!kKeeps) return ::operator new(kSize);
     for (std::atomic<void*>& slot : slots_) {
       if (slot.load(std::memory_order_relaxed) == nullptr) continue;
       // Acquire: the block's last use, on the thread that gave it,
@@ -49,12 +55,14 @@ class BlockPool {
       void* block = slot.exchange(nullptr, std::memory_order_acquire);
       if (block != nullptr) return block;
     }
-#endif
     return ::operator new(kSize);
   }
 
   static void Give(void* block) {
-#ifndef ABSL_HAVE_ADDRESS_SANITIZER
+    if (!kKeeps) {
+      ::operator delete(block);
+      return;
+    }
     for (std::atomic<void*>& slot : slots_) {
       if (slot.load(std::memory_order_relaxed) != nullptr) continue;
       void* empty = nullptr;
@@ -63,7 +71,6 @@ class BlockPool {
         return;
       }
     }
-#endif
     ::operator delete(block);
   }
 
