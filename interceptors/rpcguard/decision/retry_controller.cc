@@ -45,6 +45,10 @@ AttemptOutcome RetryController::OutcomeAt(const AttemptEnd& end,
   outcome.local_error = end.local_error && end.code != grpc::StatusCode::OK;
   outcome.not_sent =
       end.not_sent && end.code != grpc::StatusCode::OK && !outcome.local_error;
+  outcome.server_said_stop =
+      end.server_said_stop && end.code != grpc::StatusCode::OK;
+  outcome.downstream_gave_up =
+      end.downstream_gave_up && outcome.server_said_stop;
   const bool deadline_code = end.code == grpc::StatusCode::DEADLINE_EXCEEDED;
   // The attempt's deadline was its own timeout only if it came before the
   // call's deadline.

@@ -47,6 +47,10 @@ struct AttemptEnd {
   // config's) counts as any other.
   bool not_sent = false;
   bool may_wait = true;
+  // The server said not to retry (a negative pushback), and named a give-up
+  // of a service below it (AttemptOutcome's, for OriginOf).
+  bool server_said_stop = false;
+  bool downstream_gave_up = false;
 };
 
 // What to do after an attempt.

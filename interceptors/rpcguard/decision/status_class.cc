@@ -98,6 +98,35 @@ bool IsNotSent(grpc::StatusCode code, absl::string_view message) {
          absl::StartsWith(message, "DNS resolution failed for ");
 }
 
+absl::string_view AttemptOriginName(AttemptOrigin origin) {
+  switch (origin) {
+#define RPCGUARD_ATTEMPT_ORIGIN_NAME(e, name) \
+  case AttemptOrigin::e:                      \
+    return name;
+    RPCGUARD_ATTEMPT_ORIGINS(RPCGUARD_ATTEMPT_ORIGIN_NAME)
+#undef RPCGUARD_ATTEMPT_ORIGIN_NAME
+  }
+  return "server";
+}
+
+AttemptOrigin OriginOf(const AttemptOutcome& outcome) {
+  if (outcome.code == grpc::StatusCode::OK) return AttemptOrigin::kServer;
+  if (outcome.caller_cancelled || outcome.caller_deadline_expired ||
+      outcome.local_error) {
+    return AttemptOrigin::kCaller;
+  }
+  if (outcome.not_sent) return AttemptOrigin::kNoServer;
+  // The trailer comes first: a middle passing up its store's overload, or
+  // its own throttle's refusal, is not itself overloaded.
+  if (outcome.downstream_gave_up) return AttemptOrigin::kBelow;
+  if (outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    return AttemptOrigin::kOverload;
+  }
+  // A6's "do not retry" is the server's considered answer: it is up.
+  if (outcome.server_said_stop) return AttemptOrigin::kBelow;
+  return AttemptOrigin::kServer;
+}
+
 StatusClass Classifier::Classify(const AttemptOutcome& outcome) const {
   if (outcome.code == grpc::StatusCode::OK) return StatusClass::kOk;
   if (outcome.caller_cancelled || outcome.caller_deadline_expired ||

@@ -82,7 +82,47 @@ struct AttemptOutcome {
   // is not known, IsNotSent on a channel that was not READY): no evidence
   // about the server, and the server never saw it.
   bool not_sent = false;
+  // The server said not to retry (a negative grpc-retry-pushback-ms).
+  bool server_said_stop = false;
+  // ... and named why in rpcguard's gave-up trailer: a service below it
+  // failed (an rpcguard server's travelling give-up, server.h).
+  bool downstream_gave_up = false;
 };
+
+// Who an attempt's end is evidence about: the one reading every judge of a
+// destination takes (the breaker, the adaptive throttle, the budget's
+// refunds), decided from facts the interceptor read, never from message
+// text. In order of precedence:
+//   kServer     the server answered about itself: OK, or a failure it
+//               made (breaker evidence);
+//   kCaller     the caller or its own client library ended it (cancel,
+//               deadline, IsLocalError, a hedge copy that lost): nothing;
+//   kNoServer   no server took it (no transport, no connection): nothing;
+//   kBelow      the server answered about a service below it (an rpcguard
+//               give-up trailer, or a negative pushback): the request stops,
+//               and the server is up, so no judge holds it against it;
+//   kOverload   the server refused for overload (RESOURCE_EXHAUSTED): the
+//               adaptive throttle's evidence, never the breaker's.
+// The list, once: names for traces and docs come from it.
+#define RPCGUARD_ATTEMPT_ORIGINS(X) \
+  X(kServer, "server")              \
+  X(kCaller, "caller")              \
+  X(kNoServer, "no_server")         \
+  X(kBelow, "below")                \
+  X(kOverload, "overload")
+
+enum class AttemptOrigin {
+#define RPCGUARD_ATTEMPT_ORIGIN_ENUM(e, name) e,
+  RPCGUARD_ATTEMPT_ORIGINS(RPCGUARD_ATTEMPT_ORIGIN_ENUM)
+#undef RPCGUARD_ATTEMPT_ORIGIN_ENUM
+};
+
+// Returns "server", "caller", "no_server", "below" or "overload".
+absl::string_view AttemptOriginName(AttemptOrigin origin);
+
+// The origin of `outcome` (see AttemptOrigin). An OK attempt is kServer.
+// A per-attempt timeout is kServer: the server took too long.
+AttemptOrigin OriginOf(const AttemptOutcome& outcome);
 
 // Whether a failed attempt's status is one gRPC's client library makes
 // itself about the call's own request, reply or credentials, rather than

@@ -96,19 +96,13 @@ absl::string_view AttemptResultName(AttemptResult result) {
 
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome) {
-  // The caller's own cancel or deadline, an error the client made itself,
-  // or an attempt that never reached the server says nothing about it.
-  if (outcome.caller_cancelled || outcome.caller_deadline_expired ||
-      outcome.local_error || outcome.not_sent) {
+  // Only a server's answer about itself is evidence of its health. An
+  // overload rejection means it is up and shedding (the adaptive throttle's
+  // business: cutting it off would refuse the calls it has room for); an
+  // answer about a service below it says nothing of it; the caller's own
+  // ends and attempts no server took say nothing at all.
+  if (OriginOf(outcome) != AttemptOrigin::kServer) {
     return AttemptResult::kIgnored;
-  }
-  // RESOURCE_EXHAUSTED is a server shedding load or enforcing a quota: it
-  // is up and answering, and cutting it off would refuse even the calls it
-  // has capacity for. Overload is the retry budget's business (retries
-  // after it are paid up front), not the breaker's.
-  if (status_class == StatusClass::kRetriable &&
-      outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-    return AttemptResult::kSuccess;
   }
   return status_class == StatusClass::kRetriable ? AttemptResult::kFailure
                                                  : AttemptResult::kSuccess;

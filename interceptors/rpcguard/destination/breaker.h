@@ -21,15 +21,19 @@
 // Time comes only from the injected Clock and is read when Admit or Record
 // is called: there are no timers and no threads.
 //
-// What counts (AttemptResultFor): an attempt ending in the retriable class
-// (UNAVAILABLE, ABORTED, a per-attempt timeout) is a failure; any other
-// answer of the server, fatal and auth included, and RESOURCE_EXHAUSTED (a
-// server shedding load is up; the retry budget handles overload, as brpc
-// does not count overload either), is a success (the server is up and
-// answering); the caller's own cancel or
-// deadline, an error the client made itself (IsLocalError), and an attempt
-// that never reached the server (no transport took it) say nothing
-// about the server and are ignored. A failed attempt that its call retries
+// What counts (AttemptResultFor): only a server's answer about itself
+// (OriginOf in decision/status_class.h says kServer). Of those, an attempt
+// ending in the retriable class (UNAVAILABLE, ABORTED, a per-attempt
+// timeout) is a failure; any other answer, fatal and auth included, is a
+// success (the server is up and answering). Everything else is ignored: an
+// overload rejection (RESOURCE_EXHAUSTED: a server shedding load is up, and
+// cutting it off would refuse even the calls it has room for; the adaptive
+// throttle hears it, as brpc does not count overload either), an answer
+// about a service below the server (an rpcguard give-up trailer, or a
+// negative pushback: the server answered, its store failed), the caller's
+// own cancel or deadline, an error the client made itself (IsLocalError),
+// and an attempt that never reached a server (no transport took it). A
+// failed attempt that its call retries
 // is not recorded either (internal/engine/retry_gate.h): the retry's result
 // speaks for the call, so a blip that one retry hides (a restart, a GOAWAY) is
 // no evidence of an outage, while calls that fail after their retries are.
@@ -109,21 +113,19 @@ std::optional<BreakerState> ParseBreakerState(absl::string_view name);
 
 // How an admitted attempt ended, as far as the breaker is concerned.
 enum class AttemptResult {
-  kSuccess,  // the server answered (OK, fatal or auth class, or
-             // RESOURCE_EXHAUSTED: busy, but up)
-  kFailure,  // retriable class but RESOURCE_EXHAUSTED, per-attempt timeout
-             // included
-  kIgnored,  // the caller cancelled or its deadline passed, the client made
-             // the error itself, no connection; or never sent
+  kSuccess,  // the server answered about itself (OK, fatal or auth class)
+  kFailure,  // the server failed itself: retriable class, per-attempt
+             // timeout included
+  kIgnored,  // any other origin (overload, a service below, the caller,
+             // no server); or never sent
 };
 
 // Returns "success", "failure" or "ignored".
 absl::string_view AttemptResultName(AttemptResult result);
 
-// Maps a classified attempt to what the breaker records: the caller's cancel
-// or deadline, a local error and an attempt not sent are kIgnored whatever
-// the class; kRetriable is kFailure, but RESOURCE_EXHAUSTED is kSuccess;
-// kOk, kFatal and kAuth are kSuccess.
+// Maps a classified attempt to what the breaker records: any origin but
+// kServer (OriginOf) is kIgnored whatever the class; of a server's own
+// answers, kRetriable is kFailure, and kOk, kFatal and kAuth are kSuccess.
 AttemptResult AttemptResultFor(StatusClass status_class,
                                const AttemptOutcome& outcome);
 

@@ -290,7 +290,7 @@ class DownOrOverloadedTest : public ::testing::Test {
     const StatusClass c = code == grpc::StatusCode::OK
                               ? StatusClass::kOk
                               : StatusClass::kRetriable;
-    SettleAttempt(gates_, std::nullopt, c, outcome, false);
+    SettleAttempt(gates_, std::nullopt, c, outcome);
     RecordAttemptEnd(gates_, start.admission, c, outcome, false);
     return GiveUpReason::kNone;
   }

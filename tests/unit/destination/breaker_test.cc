@@ -145,8 +145,9 @@ TEST(AttemptResultForTest, RetriableFailsServerAnswersSucceedCallerIgnored) {
   };
   EXPECT_EQ(result({grpc::StatusCode::OK}), kSuccess);
   EXPECT_EQ(result({grpc::StatusCode::UNAVAILABLE}), kFailure);
-  // A server shedding load is up: overload is the budget's business.
-  EXPECT_EQ(result({grpc::StatusCode::RESOURCE_EXHAUSTED}), kSuccess);
+  // A server shedding load is up: overload is the adaptive throttle's
+  // evidence, not the breaker's.
+  EXPECT_EQ(result({grpc::StatusCode::RESOURCE_EXHAUSTED}), kIgnored);
   EXPECT_EQ(result({grpc::StatusCode::ABORTED}), kFailure);
   // rpcguard's own per-attempt timeout: the server did not answer in time.
   EXPECT_EQ(result({grpc::StatusCode::DEADLINE_EXCEEDED,

@@ -384,6 +384,8 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   facts.end.local_error = report.local_error;
   facts.end.not_sent = report.not_sent;
   facts.end.may_wait = report.may_wait;
+  facts.end.server_said_stop = report.pushback.kind == Pushback::Kind::kStop;
+  facts.end.downstream_gave_up = report.pushback.downstream_gave_up;
   facts.pushback = report.pushback;
   facts.server_pushback = report.pushback.kind != Pushback::Kind::kNone ||
                           report.pushback.min_delay.has_value();
@@ -399,8 +401,7 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
       GateNow(gates, env_.clock, attempt->ended_at);
   facts.throttle_allows =
       SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
-                    report.pushback.kind == Pushback::Kind::kStop,
-                    report.pushback.downstream_gave_up, gate_now);
+                    gate_now);
 
   if (done_) {
     // Ended after the call did (cancelled as a loser, or outrun): no trace
@@ -435,7 +436,6 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
     // The call goes on: this failure stands if nothing better comes.
     last_status_ = status;
     last_attempt_ = attempt;
-    if (step.defer_failure) deferred_failure_ = attempt->admission;
     if (step.timer != absl::InfiniteFuture() || step.refresh) {
       next_charge_ = step.next_charge;
       next_waits_ = step.next_waits;
@@ -467,8 +467,13 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   // The destination hears of the attempt now that it is known whether the
   // call retries (retry_gate.h), and before the next attempt can start; a
   // breaker transition calls listeners on this thread.
-  RecordAttemptEnd(gates, attempt->admission, step.status_class, step.outcome,
-                   step.retrying, gate_now);
+  // Only a failure the breaker left unrecorded is kept for later: no other
+  // attempt becomes evidence when the retry is refused.
+  if (RecordAttemptEnd(gates, attempt->admission, step.status_class,
+                       step.outcome, step.retrying, gate_now) &&
+      step.defer_failure) {
+    deferred_failure_ = attempt->admission;
+  }
   // The adaptive delay learns from each call's first attempt only (a later
   // copy's latency, counted from its own start, says nothing of when to
   // hedge).

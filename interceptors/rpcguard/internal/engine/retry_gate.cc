@@ -6,12 +6,15 @@ namespace rpcguard {
 
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
-                   const AttemptOutcome& outcome, bool server_said_stop,
-                   bool downstream, std::optional<absl::Time> now) {
-  if (dest.adaptive != nullptr && !outcome.local_error && !outcome.not_sent &&
-      !outcome.caller_cancelled) {
-    const bool overloaded =
-        outcome.code == grpc::StatusCode::RESOURCE_EXHAUSTED && !downstream;
+                   const AttemptOutcome& outcome,
+                   std::optional<absl::Time> now) {
+  const AttemptOrigin origin = OriginOf(outcome);
+  // The adaptive throttle hears every answer a server gave, and counts only
+  // its own overload rejections against it.
+  if (dest.adaptive != nullptr && (origin == AttemptOrigin::kServer ||
+                                   origin == AttemptOrigin::kOverload ||
+                                   origin == AttemptOrigin::kBelow)) {
+    const bool overloaded = origin == AttemptOrigin::kOverload;
     if (now.has_value()) {
       dest.adaptive->RecordAnswer(overloaded, *now);
     } else {
@@ -25,14 +28,15 @@ bool SettleAttempt(const DestinationGates& dest,
   }
   if (dest.throttle == nullptr) return true;
   // Not the server's answer, whatever trailers came with it.
-  if (outcome.local_error || outcome.not_sent) {
+  if (origin == AttemptOrigin::kNoServer || outcome.local_error) {
     return dest.throttle->RetryAllowed();
   }
   if (status_class == StatusClass::kOk) {
     dest.throttle->RecordSuccess();
     return true;
   }
-  if (status_class == StatusClass::kRetriable || server_said_stop) {
+  // gRFC A6's own rule: a retriable failure, or the server saying stop.
+  if (status_class == StatusClass::kRetriable || outcome.server_said_stop) {
     return dest.throttle->RecordFailure();
   }
   return dest.throttle->RetryAllowed();
@@ -48,20 +52,21 @@ RetryCharge RetryChargeFor(const AttemptOutcome& outcome,
   return RetryCharge::kOnFailure;
 }
 
-void RecordAttemptEnd(const DestinationGates& dest,
+bool RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
                       StatusClass status_class, const AttemptOutcome& outcome,
                       bool retrying, std::optional<absl::Time> now) {
-  if (dest.breaker == nullptr || !admission.has_value()) return;
+  if (dest.breaker == nullptr || !admission.has_value()) return false;
   const AttemptResult result = AttemptResultFor(status_class, outcome);
   if (retrying && result == AttemptResult::kFailure && !admission->probe()) {
-    return;  // the retry speaks for the call
+    return true;  // the retry speaks for the call
   }
   if (now.has_value()) {
     dest.breaker->Record(*admission, result, *now);
   } else {
     dest.breaker->Record(*admission, result);
   }
+  return false;
 }
 
 void RecordDeferredFailure(const DestinationGates& dest,

@@ -76,23 +76,21 @@ inline std::optional<absl::Time> GateNow(const DestinationGates& dest,
 }
 
 // Settles the cost of an attempt, before the call decides what follows (so
-// that the decision sees the budget with this attempt settled): the
-// adaptive throttle hears the server's answer (an overload rejection is
-// RESOURCE_EXHAUSTED without rpcguard's gave-up trailer, `downstream`;
-// attempts that never reached the server, the caller's cancel and errors
-// the client made itself are no answer); the A6
-// throttle counts it (a retriable failure, or the server saying stop, takes
-// a token; OK adds one back; an error the client made itself, or an
-// attempt that never reached the server, tells it nothing), and a retry the
-// budget granted as kOnFailure (`charge`, from AttemptStart) is paid if it
-// failed (AttemptResultFor says kFailure), refunded otherwise. Returns
-// whether the throttle still allows a retry. `now`: when the attempt ended,
-// a reading of the gates' clock the caller has already taken (else they
-// read it).
+// that the decision sees the budget with this attempt settled). Each judge
+// reads OriginOf(outcome) (decision/status_class.h): the adaptive throttle
+// hears every answer a server gave (kServer, kBelow: accepted; kOverload:
+// rejected), never the caller's own ends nor an attempt no server took; the
+// A6 throttle counts as gRFC A6 says (a retriable failure, or the server
+// saying stop, takes a token; OK adds one back; an error the client made
+// itself, or an attempt that never reached a server, tells it nothing);
+// and a retry the budget granted as kOnFailure (`charge`, from
+// AttemptStart) is paid if it failed (AttemptResultFor says kFailure: the
+// server failed itself), refunded otherwise. Returns whether the A6
+// throttle still allows a retry. `now`: when the attempt ended, a reading
+// of the gates' clock the caller has already taken (else they read it).
 bool SettleAttempt(const DestinationGates& dest,
                    std::optional<RetryCharge> charge, StatusClass status_class,
-                   const AttemptOutcome& outcome, bool server_said_stop,
-                   bool downstream = false,
+                   const AttemptOutcome& outcome,
                    std::optional<absl::Time> now = std::nullopt);
 
 // How the retry that follows a failure is paid for (retry_budget.h):
@@ -105,9 +103,12 @@ RetryCharge RetryChargeFor(const AttemptOutcome& outcome, bool server_pushback);
 // is known: it records it under `admission` (when there is one) as
 // AttemptResultFor(status_class, outcome), except a CLOSED-state failure
 // that the call retries (`retrying`), which is left unrecorded (see the top
-// of this file). Call without holding locks of your own: a breaker
-// transition calls its listeners on this thread. `now` as for SettleAttempt.
-void RecordAttemptEnd(const DestinationGates& dest,
+// of this file) and returns true: the caller keeps the admission for
+// RecordDeferredFailure. Nothing else is ever deferred, so an attempt that
+// was no evidence never becomes a failure later. Call without holding locks
+// of your own: a breaker transition calls its listeners on this thread.
+// `now` as for SettleAttempt.
+bool RecordAttemptEnd(const DestinationGates& dest,
                       const std::optional<Admission>& admission,
                       StatusClass status_class, const AttemptOutcome& outcome,
                       bool retrying,

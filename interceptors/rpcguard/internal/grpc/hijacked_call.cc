@@ -226,8 +226,10 @@ AttemptReport HijackedCall::ReadEnd(
   std::optional<bool> reached;
   if (!status.ok()) reached = ReachedTransport(context, setup_.app_channel);
   // An explicit fail-fast, the caller's or the config's, is kept.
+  // The channel's state is the application's channel's: a call sent once
+  // never gets the channel below, and its no-connection check needs one.
   return ReadAttemptEnd(std::move(status), trailers, reached,
-                        setup_.channel.get(),
+                        setup_.app_channel,
                         policy_.wait_for_ready.value_or(true) &&
                             setup_.caller.wait_for_ready.value_or(true));
 }

@@ -664,7 +664,7 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     const std::optional<absl::Time> gate_now =
         GateNow(gates, factory_->clock(), now);
     SettleAttempt(gates, /*charge=*/std::nullopt, StatusClass::kOk, ok,
-                  /*server_said_stop=*/false, /*downstream=*/false, gate_now);
+                  gate_now);
     RecordAttemptEnd(gates, admission_, StatusClass::kOk, ok,
                      /*retrying=*/false, gate_now);
     admission_.reset();

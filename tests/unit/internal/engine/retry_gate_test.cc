@@ -55,6 +55,12 @@ AttemptOutcome Answer(grpc::StatusCode code) {
   return o;
 }
 
+// `o` with the server's "do not retry" (a negative pushback).
+AttemptOutcome Stopped(AttemptOutcome o, bool stop = true) {
+  o.server_said_stop = stop;
+  return o;
+}
+
 Decision RetryIn(absl::Duration delay) {
   Decision d;
   d.action = Decision::Action::kRetry;
@@ -123,6 +129,10 @@ std::vector<RecordRow> RecordRows() {
   local.local_error = true;
   AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
   not_sent.not_sent = true;
+  AttemptOutcome below = Stopped(Answer(grpc::StatusCode::UNAVAILABLE));
+  below.downstream_gave_up = true;
+  AttemptOutcome below_overload = below;
+  below_overload.code = grpc::StatusCode::RESOURCE_EXHAUSTED;
   return {
       {"OkIsASuccess", Answer(grpc::StatusCode::OK), StatusClass::kOk, 1, 0},
       {"RetriableIsAFailure", Answer(grpc::StatusCode::UNAVAILABLE),
@@ -145,6 +155,15 @@ std::vector<RecordRow> RecordRows() {
        0},
       // No connection: the server never saw it.
       {"NotSentIsIgnored", not_sent, StatusClass::kRetriable, 0, 0},
+      // Overload is the adaptive throttle's evidence, not the breaker's.
+      {"OverloadIsIgnored", Answer(grpc::StatusCode::RESOURCE_EXHAUSTED),
+       StatusClass::kRetriable, 0, 0},
+      // A middle's answer about its store: the middle is up.
+      {"AGiveUpFromBelowIsIgnored", below, StatusClass::kRetriable, 0, 0},
+      {"AGiveUpFromBelowIsIgnoredWhateverItsCode", below_overload,
+       StatusClass::kRetriable, 0, 0},
+      {"AStopIsIgnored", Stopped(Answer(grpc::StatusCode::UNAVAILABLE)),
+       StatusClass::kRetriable, 0, 0},
   };
 }
 
@@ -161,20 +180,20 @@ TEST_F(RetryGateTest, ThrottleCountsEveryAttemptAsA6Says) {
   throttle_ = *RetryThrottle::Create(o);
   // A fatal answer costs nothing.
   EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kFatal,
-                            Answer(grpc::StatusCode::NOT_FOUND), false));
+                            Answer(grpc::StatusCode::NOT_FOUND)));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
   // The server saying stop costs a token, as a retriable failure does; at
   // half of maxTokens retries stop.
   EXPECT_FALSE(SettleAttempt(Gates(), std::nullopt, StatusClass::kFatal,
-                             Answer(grpc::StatusCode::INTERNAL), true));
+                             Stopped(Answer(grpc::StatusCode::INTERNAL))));
   EXPECT_EQ(throttle_->milli_tokens(), 1000);
   EXPECT_FALSE(SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable,
-                             Answer(grpc::StatusCode::UNAVAILABLE), false));
+                             Answer(grpc::StatusCode::UNAVAILABLE)));
   EXPECT_EQ(throttle_->milli_tokens(), 0);
   // Successes refill it.
   for (int i = 0; i < 3; ++i) {
     SettleAttempt(Gates(), std::nullopt, StatusClass::kOk,
-                  Answer(grpc::StatusCode::OK), false);
+                  Answer(grpc::StatusCode::OK));
   }
   EXPECT_EQ(throttle_->milli_tokens(), 1500);
   EXPECT_TRUE(throttle_->RetryAllowed());
@@ -191,16 +210,82 @@ TEST_F(RetryGateTest, LocalErrorLeavesTheThrottleAlone) {
   local.local_error = true;
   for (bool stop : {false, true}) {
     for (StatusClass c : {StatusClass::kFatal, StatusClass::kRetriable}) {
-      EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, c, local, stop));
+      EXPECT_TRUE(
+          SettleAttempt(Gates(), std::nullopt, c, Stopped(local, stop)));
       EXPECT_EQ(throttle_->milli_tokens(), 2000);
     }
+  }
+}
+
+// --- OriginOf: who failed, and which judge hears it ---
+
+TEST(OriginOfTest, EachEndHasOneOrigin) {
+  AttemptOutcome o = Answer(grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(OriginOf(o), AttemptOrigin::kServer);
+  EXPECT_EQ(OriginOf(Answer(grpc::StatusCode::OK)), AttemptOrigin::kServer);
+  EXPECT_EQ(OriginOf(Answer(grpc::StatusCode::RESOURCE_EXHAUSTED)),
+            AttemptOrigin::kOverload);
+  EXPECT_EQ(OriginOf(Stopped(o)), AttemptOrigin::kBelow);
+  AttemptOutcome below = Stopped(Answer(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  // RESOURCE_EXHAUSTED with "do not retry" and no trailer: the server's own
+  // shedding (rpcguard::Overloaded without a delay).
+  EXPECT_EQ(OriginOf(below), AttemptOrigin::kOverload);
+  below.downstream_gave_up = true;
+  EXPECT_EQ(OriginOf(below), AttemptOrigin::kBelow);
+  AttemptOutcome not_sent = o;
+  not_sent.not_sent = true;
+  EXPECT_EQ(OriginOf(not_sent), AttemptOrigin::kNoServer);
+  // The caller's own end comes first, whatever the server said.
+  AttemptOutcome cancelled = below;
+  cancelled.caller_cancelled = true;
+  EXPECT_EQ(OriginOf(cancelled), AttemptOrigin::kCaller);
+  AttemptOutcome local = Answer(grpc::StatusCode::RESOURCE_EXHAUSTED);
+  local.local_error = true;
+  EXPECT_EQ(OriginOf(local), AttemptOrigin::kCaller);
+  EXPECT_EQ(AttemptOriginName(AttemptOrigin::kNoServer), "no_server");
+}
+
+// The adaptive throttle hears every answer a server gave and counts only
+// its own overload rejections; the caller's ends and attempts no server
+// took are no answer.
+TEST_F(RetryGateTest, TheAdaptiveThrottleHearsOnlyServersAnswers) {
+  std::shared_ptr<AdaptiveThrottle> adaptive =
+      *AdaptiveThrottle::Create(AdaptiveThrottleOptions(), &clock_);
+  DestinationGates gates;
+  gates.adaptive = adaptive.get();
+  AttemptOutcome below = Stopped(Answer(grpc::StatusCode::UNAVAILABLE));
+  below.downstream_gave_up = true;
+  AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
+  not_sent.not_sent = true;
+  AttemptOutcome cancelled = Answer(grpc::StatusCode::CANCELLED);
+  cancelled.caller_cancelled = true;
+  struct Row {
+    AttemptOutcome outcome;
+    int64_t requests, accepts;
+  };
+  for (const Row& row : std::vector<Row>{
+           {Answer(grpc::StatusCode::OK), 1, 1},
+           {Answer(grpc::StatusCode::UNAVAILABLE), 1, 1},
+           {Answer(grpc::StatusCode::RESOURCE_EXHAUSTED), 1, 0},
+           {below, 1, 1},
+           {not_sent, 0, 0},
+           {cancelled, 0, 0},
+       }) {
+    adaptive = *AdaptiveThrottle::Create(AdaptiveThrottleOptions(), &clock_);
+    gates.adaptive = adaptive.get();
+    SettleAttempt(gates, std::nullopt, StatusClass::kRetriable, row.outcome);
+    const AdaptiveThrottleSnapshot s = adaptive->Snapshot();
+    EXPECT_EQ(s.requests, row.requests)
+        << AttemptOriginName(OriginOf(row.outcome));
+    EXPECT_EQ(s.accepts, row.accepts)
+        << AttemptOriginName(OriginOf(row.outcome));
   }
 }
 
 TEST_F(RetryGateTest, NoBreakerNoAdmissionRecordsNothing) {
   const DestinationGates none;
   EXPECT_TRUE(SettleAttempt(none, std::nullopt, StatusClass::kRetriable,
-                            Answer(grpc::StatusCode::UNAVAILABLE), false));
+                            Answer(grpc::StatusCode::UNAVAILABLE)));
   RecordAttemptEnd(none, std::nullopt, StatusClass::kRetriable,
                    Answer(grpc::StatusCode::UNAVAILABLE), false);
 }
@@ -214,7 +299,7 @@ TEST_F(RetryGateTest, NotSentLeavesTheThrottleAlone) {
   AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
   not_sent.not_sent = true;
   EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable,
-                            not_sent, false));
+                            not_sent));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
 }
 
@@ -320,7 +405,7 @@ TEST_F(RetryGateTest, OnFailureRetriesArePaidOnlyWhenTheyFail) {
   ASSERT_EQ(ok.refused, GiveUpReason::kNone);
   ASSERT_EQ(ok.charge, RetryCharge::kOnFailure);
   SettleAttempt(gates, ok.charge, StatusClass::kOk,
-                Answer(grpc::StatusCode::OK), false);
+                Answer(grpc::StatusCode::OK));
   EXPECT_EQ(budget_->Snapshot().retries, 0);
   EXPECT_EQ(budget_->Snapshot().refunded, 1u);
   // OneRetry(): one paid retry per window. A failed one pays it...
@@ -328,7 +413,7 @@ TEST_F(RetryGateTest, OnFailureRetriesArePaidOnlyWhenTheyFail) {
       BeforeAttempt(2, false, absl::Seconds(1), gates, RetryCharge::kOnFailure);
   ASSERT_EQ(bad.refused, GiveUpReason::kNone);
   SettleAttempt(gates, bad.charge, StatusClass::kRetriable,
-                Answer(grpc::StatusCode::UNAVAILABLE), false);
+                Answer(grpc::StatusCode::UNAVAILABLE));
   EXPECT_EQ(budget_->Snapshot().retries, 1);
   // ...and the next is refused, kOnFailure or not, but a free one passes.
   EXPECT_EQ(
