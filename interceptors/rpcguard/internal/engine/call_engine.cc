@@ -399,9 +399,8 @@ void CallEngine::HandleAttemptEnd(EngineAttempt* raw,
   const DestinationGates& gates = env_.gates;
   const std::optional<absl::Time> gate_now =
       GateNow(gates, env_.clock, attempt->ended_at);
-  facts.throttle_allows =
-      SettleAttempt(gates, attempt->charge, facts.status_class, facts.outcome,
-                    gate_now);
+  facts.throttle_allows = SettleAttempt(
+      gates, attempt->charge, facts.status_class, facts.outcome, gate_now);
 
   if (done_) {
     // Ended after the call did (cancelled as a loser, or outrun): no trace

@@ -11,9 +11,9 @@ bool SettleAttempt(const DestinationGates& dest,
   const AttemptOrigin origin = OriginOf(outcome);
   // The adaptive throttle hears every answer a server gave, and counts only
   // its own overload rejections against it.
-  if (dest.adaptive != nullptr && (origin == AttemptOrigin::kServer ||
-                                   origin == AttemptOrigin::kOverload ||
-                                   origin == AttemptOrigin::kBelow)) {
+  if (dest.adaptive != nullptr &&
+      (origin == AttemptOrigin::kServer || origin == AttemptOrigin::kOverload ||
+       origin == AttemptOrigin::kBelow)) {
     const bool overloaded = origin == AttemptOrigin::kOverload;
     if (now.has_value()) {
       dest.adaptive->RecordAnswer(overloaded, *now);

@@ -772,6 +772,93 @@ TEST_F(CallEngineTest, AHedgedCopyThatFoundNoConnectionIsNoEvidence) {
   EXPECT_EQ(Breaker().window_failures, 0);
 }
 
+// Each judge hears only its own evidence, on every shape of call: an
+// end's origin (OriginOf) decides what the breaker and the adaptive
+// throttle hear. Every call below ends after all its attempts failed the
+// same way.
+struct OriginRow {
+  const char* name;
+  grpc::StatusCode code;
+  bool not_sent = false;
+  bool stop = false;              // grpc-retry-pushback-ms: -1
+  bool gave_up = false;           // ... with rpcguard's gave-up trailer
+  bool breaker_fails = false;     // the breaker counts failures
+  bool throttle_rejects = false;  // the adaptive throttle counts rejections
+  bool throttle_hears = false;    // it counts the answers at all
+};
+
+TEST_F(CallEngineTest, EachOriginFeedsOnlyItsOwnJudge) {
+  const std::vector<OriginRow> rows = {
+      {"server", grpc::StatusCode::UNAVAILABLE, false, false, false, true,
+       false, true},
+      {"no_server", grpc::StatusCode::UNAVAILABLE, true},
+      {"overload", grpc::StatusCode::RESOURCE_EXHAUSTED, false, false, false,
+       false, true, true},
+      {"below", grpc::StatusCode::UNAVAILABLE, false, true, true, false, false,
+       true},
+      {"below_overloaded", grpc::StatusCode::RESOURCE_EXHAUSTED, false, true,
+       true, false, false, true},
+      {"stop", grpc::StatusCode::UNAVAILABLE, false, true, false, false, false,
+       true},
+  };
+  enum Shape { kRetried, kHedged, kSentOnce };
+  for (const OriginRow& row : rows) {
+    for (Shape shape : {kRetried, kHedged, kSentOnce}) {
+      SCOPED_TRACE(absl::StrCat(row.name, " shape ", shape));
+      Make(shape == kHedged ? Hedge() : Retry());
+      int attempts = 0;
+      for (int call = 0; call < 3; ++call) {
+        io_ = FakeIo();
+        engine_ = std::make_unique<CallEngine>(
+            &io_, env_, policy_, std::nullopt,
+            clock_.MonotonicNow() + absl::Seconds(10), /*may_repeat=*/true,
+            shape == kHedged, /*call_id=*/7,
+            shape == kSentOnce
+                ? std::optional<GiveUpReason>(GiveUpReason::kNotIdempotent)
+                : std::nullopt);
+        engine_->Start();
+        // Ends each attempt as it is sent, firing timers until the call is
+        // decided.
+        size_t n = 0;
+        for (int step = 0; io_.concluded == 0 && step < 40; ++step) {
+          if (n < io_.sent.size()) {
+            AttemptReport r;
+            r.status = grpc::Status(row.code, "failed");
+            r.not_sent = row.not_sent;
+            if (row.stop) r.pushback.kind = Pushback::Kind::kStop;
+            r.pushback.downstream_gave_up = row.gave_up;
+            engine_->OnAttemptDone(io_.sent[n++].get(), r, nullptr);
+            ++attempts;
+            continue;
+          }
+          const std::vector<size_t> due = io_.Active(TimerKind::kNext);
+          if (due.empty()) break;
+          Fire(due[0]);
+        }
+        ASSERT_EQ(io_.concluded, 1);
+      }
+      const BreakerSnapshot b = Breaker();
+      if (row.breaker_fails) {
+        EXPECT_GT(b.window_failures, 0);
+      } else {
+        EXPECT_EQ(b.window_failures, 0);
+        EXPECT_EQ(b.window_attempts, 0);
+      }
+      EXPECT_NE(b.state, BreakerState::kOpen);
+      const AdaptiveThrottleSnapshot t = adaptive_->Snapshot();
+      if (!row.throttle_hears) {
+        // Nothing but the throttle's own count of attempts it admitted.
+        EXPECT_EQ(t.accepts, 0);
+      } else if (row.throttle_rejects) {
+        EXPECT_EQ(t.accepts, 0);
+        EXPECT_GT(t.requests, 0);
+      } else {
+        EXPECT_EQ(t.accepts, attempts);
+      }
+    }
+  }
+}
+
 TEST_F(CallEngineTest, AHedgedCallCancelledEndsEveryCopy) {
   Make(Hedge());
   NewCall(absl::Seconds(10), /*hedging=*/true);

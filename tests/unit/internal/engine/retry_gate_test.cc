@@ -298,8 +298,8 @@ TEST_F(RetryGateTest, NotSentLeavesTheThrottleAlone) {
   throttle_ = *RetryThrottle::Create(o);
   AttemptOutcome not_sent = Answer(grpc::StatusCode::UNAVAILABLE);
   not_sent.not_sent = true;
-  EXPECT_TRUE(SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable,
-                            not_sent));
+  EXPECT_TRUE(
+      SettleAttempt(Gates(), std::nullopt, StatusClass::kRetriable, not_sent));
   EXPECT_EQ(throttle_->milli_tokens(), 2000);
 }
 
