@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/retry_interceptor.h"
+#include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 
 namespace rpcguard {
@@ -77,6 +78,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 }
 
 void MarkPassThrough(grpc::ClientContext* context) {
+  // rpcguard proceeds a pass-through call untouched: a link put on it by
+  // LinkToServerCall (server.h) would leave the process with it.
+  if (auto* md = internal::MetadataToSend(context)) {
+    md->erase(internal::kServerCallLinkHeader);
+  }
   context->AddMetadata(kPassThroughHeader, "1");
 }
 

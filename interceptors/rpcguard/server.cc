@@ -2,14 +2,57 @@
 
 #include "rpcguard/server.h"
 
+#include <grpcpp/impl/server_builder_option.h>
+
+#include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "rpcguard/decision/server_hints.h"
 #include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc/server_interceptor.h"
+#include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/observability/instruments.h"
 
 namespace rpcguard {
+namespace {
+
+// The builders that AddServerInterceptor has installed rpcguard on. The
+// builder's interceptor list has no getter, so each such builder owns an
+// option (below) that takes it out of this set when the builder is
+// destroyed: an address reused by a later builder is never taken for it.
+// absl::Mutex: taken once per builder, never on a call's path.
+struct InstalledBuilders {
+  absl::Mutex mu;
+  absl::flat_hash_set<const grpc::ServerBuilder*> builders ABSL_GUARDED_BY(mu);
+};
+
+InstalledBuilders& Installed() {
+  static InstalledBuilders* const installed = new InstalledBuilders();
+  return *installed;
+}
+
+// Does nothing to the server; lives as long as its builder.
+class InstalledMark final : public grpc::ServerBuilderOption {
+ public:
+  explicit InstalledMark(const grpc::ServerBuilder* builder)
+      : builder_(builder) {}
+  ~InstalledMark() override {
+    InstalledBuilders& installed = Installed();
+    absl::MutexLock lock(&installed.mu);
+    installed.builders.erase(builder_);
+  }
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(
+      std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*) override {}
+
+ private:
+  const grpc::ServerBuilder* const builder_;
+};
+
+}  // namespace
 
 std::vector<GiveUpReason> DefaultPropagatedReasons() {
   return {GiveUpReason::kMaxAttempts,  GiveUpReason::kBudgetExhausted,
@@ -48,6 +91,19 @@ absl::Status AddServerInterceptor(
         creators) {
   auto factory = MakeServerInterceptorFactory(std::move(options));
   if (!factory.ok()) return factory.status();
+  {
+    InstalledBuilders& installed = Installed();
+    absl::MutexLock lock(&installed.mu);
+    // A second list would replace the first (SetInterceptorCreators), the
+    // first call's interceptors and rpcguard's own with it.
+    if (!installed.builders.insert(builder).second) {
+      return absl::FailedPreconditionError(
+          "AddServerInterceptor: called twice on one grpc::ServerBuilder; "
+          "the first call's interceptors are kept (pass all of the "
+          "server's interceptors in one call)");
+    }
+  }
+  builder->SetOption(std::make_unique<InstalledMark>(builder));
   creators.push_back(*std::move(factory));
   builder->experimental().SetInterceptorCreators(std::move(creators));
   return absl::OkStatus();
@@ -59,6 +115,12 @@ void LinkToServerCall(grpc::ClientContext* child,
   const internal::ServerCallLink link =
       internal::ServerCalls::Get().Find(parent->c_call());
   if (!link.linked()) return;
+  // rpcguard's interceptor takes one link out, and none from a call it
+  // passes through: whatever it leaves would reach the service below.
+  if (auto* md = internal::MetadataToSend(child)) {
+    if (md->count(kPassThroughHeader) != 0) return;
+    md->erase(internal::kServerCallLinkHeader);
+  }
   child->AddMetadata(internal::kServerCallLinkHeader,
                      internal::EncodeLink(link));
 }
@@ -72,7 +134,12 @@ grpc::Status Overloaded(grpc::ServerContextBase* context,
       context->AddTrailingMetadata(kPushbackTrailer, "-1");
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, text);
   }
-  const absl::Duration delay = std::max(*retry_after, absl::ZeroDuration());
+  // Clamped rather than refused: a shedding handler has no better answer
+  // to give, and an error status would tell callers less. Clamped before
+  // rounding, which an infinite duration would not survive.
+  const absl::Duration delay =
+      absl::Ceil(std::clamp(*retry_after, absl::ZeroDuration(), kMaxRetryAfter),
+                 absl::Milliseconds(1));
   if (context != nullptr) {
     context->AddTrailingMetadata(
         kPushbackTrailer, absl::StrCat(absl::ToInt64Milliseconds(delay)));
@@ -87,6 +154,35 @@ ServerSignals ServerSignalsSnapshot() {
   ServerSignals s;
   internal::ReadServerCounters(s.stops_sent, &s.hedges_suppressed);
   return s;
+}
+
+std::vector<MetricFamilyData> ToMetricFamilies(const ServerSignals& signals) {
+  std::vector<MetricFamilyData> out;
+  // Named, typed and explained by the instrument list, as a Stats' are.
+  const auto family = [&](Instrument id) -> MetricFamilyData& {
+    const InstrumentInfo& info = InstrumentInfoOf(id);
+    MetricFamilyData& f = out.emplace_back();
+    f.name = std::string(info.name);
+    f.type = info.type;
+    f.help = std::string(info.help);
+    return f;
+  };
+  MetricFamilyData& stops = family(Instrument::kServerStopsSent);
+  for (int i = 1; i < kNumGiveUpReasons; ++i) {
+    if (signals.stops_sent[i] == 0) continue;
+    stops.samples.push_back({{{"reason", std::string(GiveUpReasonName(
+                                             static_cast<GiveUpReason>(i)))}},
+                             static_cast<double>(signals.stops_sent[i]),
+                             {}});
+  }
+  family(Instrument::kServerHedgesSuppressed)
+      .samples.push_back(
+          {{}, static_cast<double>(signals.hedges_suppressed), {}});
+  return out;
+}
+
+std::string ToPrometheusText(const ServerSignals& signals) {
+  return ToPrometheusText(ToMetricFamilies(signals));
 }
 
 }  // namespace rpcguard

@@ -48,10 +48,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpcguard/channel.h"
 #include "rpcguard/decision/give_up_reason.h"
+#include "rpcguard/observability/stats.h"
 
 namespace rpcguard {
 
@@ -81,8 +83,11 @@ struct ServerOptions {
 // Appends rpcguard's server interceptor to `creators` (the server's own
 // interceptors, run before rpcguard's) and hands them all to `builder`:
 // ServerBuilder::experimental().SetInterceptorCreators replaces the whole
-// list, so pass yours here instead of calling it yourself. Errors:
-// InvalidArgument from options.Validate() (nothing is installed).
+// list, so pass yours here instead of calling it yourself, and call this
+// once per builder. Errors (the builder is left as it was):
+// InvalidArgument from options.Validate(); FailedPrecondition when this
+// builder already had a successful AddServerInterceptor, whose interceptors
+// a second list would replace (pass them all in one call).
 absl::Status AddServerInterceptor(
     grpc::ServerBuilder* builder, ServerOptions options = {},
     std::vector<
@@ -103,15 +108,33 @@ MakeServerInterceptorFactory(ServerOptions options = {});
 // a channel with rpcguard's interceptor (the link is private metadata that
 // rpcguard takes out before anything is sent). A parent whose server has no
 // rpcguard interceptor, or whose call has ended, links nothing.
+//
+// The link never leaves the process: linking a child twice keeps one link
+// (the latest), and a child marked pass-through (MarkPassThrough, before
+// or after this) carries none, as rpcguard sends its call untouched. Both
+// need gRPC 1.51's fast paths (rpcguard reads the child's metadata); built
+// without them, link a child once and not one marked pass-through.
 void LinkToServerCall(grpc::ClientContext* child,
                       grpc::ServerContextBase* parent);
+
+// The longest delay Overloaded sends: INT32_MAX milliseconds (24.8 days).
+// gRPC Java reads the pushback trailer as an int, and reads anything longer
+// as "do not retry"; gRPC C++ and Go read 64 bits. This much every one of
+// them reads as a delay, and it is a valid google.protobuf.Duration.
+inline constexpr absl::Duration kMaxRetryAfter = absl::Milliseconds(2147483647);
 
 // For servers that shed load themselves. A RESOURCE_EXHAUSTED status with
 // `message`, and on `context` the trailer that tells callers what to do:
 //   - retry_after absent: `grpc-retry-pushback-ms: -1`, do not retry;
 //   - retry_after set: `grpc-retry-pushback-ms: <ms>` (gRFC A6: retry after
 //     exactly this) and a google.rpc.RetryInfo of the same delay in the
-//     status details (the least a caller must wait).
+//     status details (the least a caller must wait). The delay is sent in
+//     whole milliseconds, rounded up (the trailer's unit; never less than
+//     asked), and clamped: a negative delay is sent as 0 (retry at once: a
+//     delay computed as `slot - now` whose slot has passed), a delay above
+//     kMaxRetryAfter (absl::InfiniteDuration() included) as kMaxRetryAfter,
+//     which outlasts any caller's deadline. To say "never", leave retry_after
+//     out.
 // Sent whatever ServerOptions::edge says: shedding is the server's own
 // answer, not news of internal services. Return it from the handler.
 grpc::Status Overloaded(
@@ -128,6 +151,24 @@ struct ServerSignals {
   uint64_t hedges_suppressed = 0;
 };
 ServerSignals ServerSignalsSnapshot();
+
+// `signals` as metric families (rpcguard/observability/stats.h), declared
+// in rpcguard's one instrument list (instruments.h, docs/metrics.md):
+//
+//   rpcguard_server_stops_sent_total{reason}   counter
+//   rpcguard_server_hedges_suppressed_total    counter
+//
+// A reason that caused no stop is left out. Process-wide, unlike a Stats:
+// export them once per process, beside a Stats' families:
+//
+//   std::string body = ToPrometheusText(stats.Snapshot()) +
+//                      ToPrometheusText(ServerSignalsSnapshot());
+//
+// or, with prometheus-cpp, ExposeServerSignals (rpcguard/prometheus/
+// collector.h).
+std::vector<MetricFamilyData> ToMetricFamilies(const ServerSignals& signals);
+// The families above in Prometheus' text exposition format.
+std::string ToPrometheusText(const ServerSignals& signals);
 
 }  // namespace rpcguard
 

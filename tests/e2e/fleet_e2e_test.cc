@@ -13,7 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,24 +59,46 @@ class Store final : public Plain::Service {
  public:
   grpc::Status Level(grpc::ServerContext* ctx, const Empty*, Empty*) override {
     ++level_calls;
-    RecordAttemptHeader(*ctx);
+    RecordMetadata(*ctx);
     return answer(ctx);
   }
   grpc::Status Nothing(grpc::ServerContext* ctx, const Empty*,
                        Empty*) override {
     ++nothing_calls;
-    return answer(ctx);
+    RecordMetadata(*ctx);
+    return nothing_answer ? nothing_answer(ctx) : answer(ctx);
   }
 
   std::function<grpc::Status(grpc::ServerContext*)> answer =
       [](grpc::ServerContext*) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "store down");
       };
+  // Nothing's answer, when set; `answer` otherwise.
+  std::function<grpc::Status(grpc::ServerContext*)> nothing_answer;
   std::atomic<int> level_calls{0};
   std::atomic<int> nothing_calls{0};
 
+  // How many of the calls that reached the store carried `key`.
+  int CallsWith(absl::string_view key) {
+    absl::MutexLock lock(&mu_);
+    int n = 0;
+    for (const auto& keys : received_) n += keys.count(std::string(key));
+    return n;
+  }
+
  private:
-  void RecordAttemptHeader(const grpc::ServerContext&) {}
+  // What the service below sees: every initial metadata key of every call.
+  void RecordMetadata(const grpc::ServerContext& ctx) {
+    std::multiset<std::string> keys;
+    for (const auto& [k, v] : ctx.client_metadata()) {
+      keys.emplace(k.data(), k.size());
+    }
+    absl::MutexLock lock(&mu_);
+    received_.push_back(std::move(keys));
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::multiset<std::string>> received_ ABSL_GUARDED_BY(mu_);
 };
 
 // How the middle's handler makes and uses its outgoing call.
@@ -85,6 +110,12 @@ struct Behavior {
   bool fallback = false;
   // Calls the store's Nothing (sent once) instead of Level.
   bool call_nothing = false;
+  // With explicit_link: LinkToServerCall twice on the child.
+  bool link_twice = false;
+  // With explicit_link: MarkPassThrough on the child, after linking it or
+  // before.
+  enum class PassThrough { kNo, kAfterLink, kBeforeLink };
+  PassThrough pass_through = PassThrough::kNo;
 };
 
 // Whether rpcguard reads the parent call of a FromServerContext child (gRPC
@@ -99,13 +130,26 @@ Behavior Usual() {
   return b;
 }
 
+// A plain child context of `parent`, linked explicitly as `b` says.
+std::unique_ptr<grpc::ClientContext> LinkedChild(
+    grpc::ServerContextBase* parent, const Behavior& b) {
+  auto child = std::make_unique<grpc::ClientContext>();
+  child->set_deadline(parent->deadline());
+  if (b.pass_through == Behavior::PassThrough::kBeforeLink) {
+    MarkPassThrough(child.get());
+  }
+  LinkToServerCall(child.get(), parent);
+  if (b.link_twice) LinkToServerCall(child.get(), parent);
+  if (b.pass_through == Behavior::PassThrough::kAfterLink) {
+    MarkPassThrough(child.get());
+  }
+  return child;
+}
+
 std::unique_ptr<grpc::ClientContext> ChildOf(grpc::ServerContext* parent,
                                              const Behavior& b) {
   if (!b.explicit_link) return grpc::ClientContext::FromServerContext(*parent);
-  auto child = std::make_unique<grpc::ClientContext>();
-  child->set_deadline(parent->deadline());
-  LinkToServerCall(child.get(), parent);
-  return child;
+  return LinkedChild(parent, b);
 }
 
 grpc::Status CallStore(Plain::Stub* store, grpc::ClientContext* child,
@@ -148,9 +192,7 @@ class CallbackMiddle final : public Plain::CallbackService {
     };
     auto* p = new Pending;
     if (b_.explicit_link) {
-      p->child = std::make_unique<grpc::ClientContext>();
-      p->child->set_deadline(ctx->deadline());
-      LinkToServerCall(p->child.get(), ctx);
+      p->child = LinkedChild(ctx, b_);
     } else {
       p->child = grpc::ClientContext::FromCallbackServerContext(*ctx);
     }
@@ -378,6 +420,11 @@ TEST_P(FleetE2ETest, AGiveUpTravelsUpOnce) {
   EXPECT_EQ(ServerSignalsSnapshot()
                 .stops_sent[static_cast<int>(GiveUpReason::kMaxAttempts)],
             before + 1);
+  // Exported as a metric family.
+  EXPECT_TRUE(absl::StrContains(
+      ToPrometheusText(ServerSignalsSnapshot()),
+      absl::StrCat("rpcguard_server_stops_sent_total{reason=\"max_attempts\"} ",
+                   before + 1, "\n")));
   ExpectNoServerCallsHeld();
 }
 
@@ -412,6 +459,41 @@ TEST_P(FleetE2ETest, AnExplicitLinkWorksWithoutTheParentProbe) {
   EXPECT_EQ(chain.middle_calls(), 1);
   EXPECT_EQ(chain.Trailer(kGaveUpTrailer), "max_attempts");
   ExpectNoServerCallsHeld();
+}
+
+// The link is rpcguard's private metadata between LinkToServerCall and its
+// client interceptor: the service below never sees it, however the child
+// was linked. Reading the child's metadata needs gRPC 1.51's fast paths.
+TEST_P(FleetE2ETest, TheLinkNeverLeavesTheProcessWhenLinkedTwice) {
+  if (!kParentProbe) GTEST_SKIP() << "needs gRPC 1.51's fast paths";
+  Behavior b;
+  b.explicit_link = true;
+  b.link_twice = true;
+  Chain chain(GetParam(), b);
+  EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
+  // Linked all the same: only the middle retried.
+  EXPECT_EQ(chain.store.level_calls, 3);
+  EXPECT_EQ(chain.Trailer(kGaveUpTrailer), "max_attempts");
+  EXPECT_EQ(chain.store.CallsWith(internal::kServerCallLinkHeader), 0);
+  ExpectNoServerCallsHeld();
+}
+
+TEST_P(FleetE2ETest, TheLinkNeverLeavesTheProcessOfAPassThroughCall) {
+  if (!kParentProbe) GTEST_SKIP() << "needs gRPC 1.51's fast paths";
+  for (Behavior::PassThrough when : {Behavior::PassThrough::kAfterLink,
+                                     Behavior::PassThrough::kBeforeLink}) {
+    Behavior b;
+    b.explicit_link = true;
+    b.pass_through = when;
+    Chain chain(GetParam(), b);
+    EXPECT_EQ(chain.Call().error_code(), grpc::StatusCode::UNAVAILABLE);
+    // Not rpcguard's call: its failure passes up as without rpcguard.
+    EXPECT_EQ(chain.Trailer(kGaveUpTrailer), "");
+    EXPECT_GT(chain.store.level_calls, 0);
+    EXPECT_EQ(chain.store.CallsWith(internal::kServerCallLinkHeader), 0)
+        << (when == Behavior::PassThrough::kAfterLink ? "after" : "before");
+    EXPECT_EQ(chain.store.CallsWith(kPassThroughHeader), 0);
+  }
 }
 
 TEST_P(FleetE2ETest, AHandlerThatRecoveredSendsNothing) {
@@ -471,6 +553,93 @@ TEST_P(FleetE2ETest, WhichReasonsTravelIsTheServersChoice) {
   EXPECT_EQ(chain.store.level_calls, 9);
 }
 
+// A middle whose handler makes two outgoing calls, one after the other,
+// and fails with the second's status: Nothing (sent once), answered with a
+// stop (pushback_stop), and Level, whose 3 attempts fail (max_attempts); in
+// that order or the other.
+class TwoChildrenMiddle final : public Plain::Service {
+ public:
+  TwoChildrenMiddle(Plain::Stub* store, bool nothing_first)
+      : store_(store), nothing_first_(nothing_first) {}
+  grpc::Status Level(grpc::ServerContext* ctx, const Empty*, Empty*) override {
+    grpc::Status s;
+    for (bool nothing : {nothing_first_, !nothing_first_}) {
+      Behavior b = Usual();
+      b.call_nothing = nothing;
+      auto child = ChildOf(ctx, b);
+      s = CallStore(store_, child.get(), b);
+    }
+    return s;
+  }
+
+ private:
+  Plain::Stub* const store_;
+  const bool nothing_first_;
+};
+
+class FirstGiveUpTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(Orders, FirstGiveUpTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "StopFirst" : "AttemptsFirst";
+                         });
+
+TEST_P(FirstGiveUpTest, TheFirstGiveUpNamesTheFailure) {
+  const bool stop_first = GetParam();
+  // pushback_stop's enum value is above max_attempts': the order of the
+  // calls, not of the enum, must decide.
+  ASSERT_GT(static_cast<int>(GiveUpReason::kPushbackStop),
+            static_cast<int>(GiveUpReason::kMaxAttempts));
+  const GiveUpReason first =
+      stop_first ? GiveUpReason::kPushbackStop : GiveUpReason::kMaxAttempts;
+  const GiveUpReason second =
+      stop_first ? GiveUpReason::kMaxAttempts : GiveUpReason::kPushbackStop;
+  Store store;
+  store.nothing_answer = [](grpc::ServerContext* ctx) {
+    return Overloaded(ctx, "shedding");
+  };
+  int store_port = 0, middle_port = 0;
+  grpc::ServerBuilder sb;
+  sb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                      &store_port);
+  sb.RegisterService(&store);
+  auto store_server = sb.BuildAndStart();
+  auto channel = *CreateGuardedChannel(
+      absl::StrCat("127.0.0.1:", store_port), kConfig,
+      [](Options& o) { o.breaker_registry = *BreakerRegistry::Create({}); });
+  auto store_stub = Plain::NewStub(channel);
+  TwoChildrenMiddle middle(store_stub.get(), stop_first);
+  grpc::ServerBuilder mb;
+  mb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                      &middle_port);
+  mb.RegisterService(&middle);
+  ASSERT_TRUE(AddServerInterceptor(&mb).ok());
+  auto middle_server = mb.BuildAndStart();
+
+  const ServerSignals before = ServerSignalsSnapshot();
+  // A plain caller, to read what the middle sent.
+  auto front = Plain::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", middle_port),
+                          grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(10)));
+  Empty req, resp;
+  EXPECT_FALSE(front->Level(&ctx, req, &resp).ok());
+  EXPECT_EQ(store.nothing_calls, 1);
+  EXPECT_EQ(store.level_calls, 3);
+  auto it = ctx.GetServerTrailingMetadata().find(kGaveUpTrailer);
+  ASSERT_NE(it, ctx.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(it->second.data(), it->second.size()),
+            std::string(GiveUpReasonName(first)));
+  const ServerSignals after = ServerSignalsSnapshot();
+  EXPECT_EQ(after.stops_sent[static_cast<int>(first)],
+            before.stops_sent[static_cast<int>(first)] + 1);
+  EXPECT_EQ(after.stops_sent[static_cast<int>(second)],
+            before.stops_sent[static_cast<int>(second)]);
+  middle_server->Shutdown(In(absl::Seconds(1)));
+  store_server->Shutdown(In(absl::Seconds(1)));
+}
+
 TEST(FleetOptionsTest, BadServerOptionsAreRefused) {
   ServerOptions options;
   options.propagate = {GiveUpReason::kMaxAttempts, GiveUpReason::kNone};
@@ -481,6 +650,62 @@ TEST(FleetOptionsTest, BadServerOptionsAreRefused) {
             "ServerOptions.propagate[1]: none is not a give-up reason");
   options.propagate = {static_cast<GiveUpReason>(99)};
   EXPECT_FALSE(MakeServerInterceptorFactory(options).ok());
+}
+
+// Counts the server calls it sees.
+class CountingInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CountingInterceptorFactory(std::atomic<int>* calls)
+      : calls_(calls) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo*) override {
+    ++*calls_;
+    return new Proceed;
+  }
+
+ private:
+  struct Proceed final : grpc::experimental::Interceptor {
+    void Intercept(grpc::experimental::InterceptorBatchMethods* b) override {
+      b->Proceed();
+    }
+  };
+  std::atomic<int>* const calls_;
+};
+
+TEST(FleetOptionsTest, ASecondAddServerInterceptorIsRefusedAndDropsNothing) {
+  std::atomic<int> seen{0};
+  Store store;
+  store.answer = [](grpc::ServerContext*) { return grpc::Status::OK; };
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&store);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      mine;
+  mine.push_back(std::make_unique<CountingInterceptorFactory>(&seen));
+  ASSERT_TRUE(AddServerInterceptor(&builder, {}, std::move(mine)).ok());
+  // SetInterceptorCreators replaces the list: a second call would drop the
+  // first call's interceptors (and rpcguard's own).
+  const absl::Status again = AddServerInterceptor(&builder);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.message(),
+            "AddServerInterceptor: called twice on one grpc::ServerBuilder; "
+            "the first call's interceptors are kept (pass all of the "
+            "server's interceptors in one call)");
+  auto server = builder.BuildAndStart();
+  auto stub = Plain::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  Empty req, resp;
+  EXPECT_TRUE(stub->Level(&ctx, req, &resp).ok());
+  EXPECT_EQ(seen, 1);
+  server->Shutdown(In(absl::Seconds(1)));
+  // Another builder is another server: accepted.
+  grpc::ServerBuilder other;
+  EXPECT_TRUE(AddServerInterceptor(&other).ok());
 }
 
 // A server that sheds load with Overloaded(): rpcguard and gRPC's own retry
@@ -594,6 +819,61 @@ TEST_F(ShedTest, ADelayIsSentAsPushbackAndRetryInfo) {
   absl::MutexLock lock(&mu);
   ASSERT_EQ(arrivals.size(), 2u);
   EXPECT_GE(arrivals[1] - arrivals[0], absl::Milliseconds(75));
+}
+
+// What Overloaded(ctx, "later", retry_after) puts on the wire, read by a
+// plain channel: the pushback trailer and the RetryInfo's delay.
+struct Sent {
+  std::string pushback;
+  std::optional<absl::Duration> retry_info;
+};
+
+class OverloadedDelayTest : public ShedTest {
+ protected:
+  Sent Send(absl::Duration retry_after) {
+    store_.answer = [retry_after](grpc::ServerContext* ctx) {
+      return Overloaded(ctx, "later", retry_after);
+    };
+    auto plain = Plain::NewStub(
+        grpc::CreateChannel(target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    Empty req, resp;
+    const grpc::Status s = plain->Level(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    Sent sent;
+    auto it = ctx.GetServerTrailingMetadata().find(kPushbackTrailer);
+    if (it != ctx.GetServerTrailingMetadata().end()) {
+      sent.pushback.assign(it->second.data(), it->second.size());
+    }
+    sent.retry_info = ParseRetryInfo(s.error_details());
+    return sent;
+  }
+};
+
+TEST_F(OverloadedDelayTest, AnEndlessDelayIsClampedToWhatEveryClientReads) {
+  // INT32_MAX milliseconds (24.8 days): the most gRPC Java reads as a delay
+  // (it parses an int; more is "do not retry"), and a valid Duration.
+  for (absl::Duration d : {absl::InfiniteDuration(), absl::Hours(24 * 365)}) {
+    const Sent sent = Send(d);
+    EXPECT_EQ(sent.pushback, "2147483647") << d;
+    EXPECT_EQ(sent.retry_info, absl::Milliseconds(2147483647)) << d;
+  }
+}
+
+TEST_F(OverloadedDelayTest, ANegativeDelayMeansRetryAtOnce) {
+  for (absl::Duration d : {absl::Milliseconds(-5), -absl::InfiniteDuration()}) {
+    const Sent sent = Send(d);
+    EXPECT_EQ(sent.pushback, "0") << d;
+    EXPECT_EQ(sent.retry_info, absl::ZeroDuration()) << d;
+  }
+}
+
+TEST_F(OverloadedDelayTest, TheDelayIsWholeMillisecondsRoundedUp) {
+  // The trailer counts milliseconds: both carry the same delay, never less
+  // than the one asked for.
+  const Sent sent = Send(absl::Microseconds(1500));
+  EXPECT_EQ(sent.pushback, "2");
+  EXPECT_EQ(sent.retry_info, absl::Milliseconds(2));
 }
 
 // Hedges are not multiplied: a call made for a server call that is itself

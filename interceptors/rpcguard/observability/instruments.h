@@ -22,7 +22,9 @@ namespace rpcguard {
 // A metric family's Prometheus type.
 enum class MetricType { kCounter, kGauge, kHistogram };
 
-// Every instrument, in export order: X(enum name, metric name, type,
+// Every instrument, in export order: a Stats' (ToMetricFamilies of a
+// StatsSnapshot), then the process's server interceptors' (of a
+// ServerSignals, rpcguard/server.h). X(enum name, metric name, type,
 // labels (comma-separated, in order), help, what it mirrors in gRPC's own
 // metrics (gRFC A66, A96), for the docs).
 #define RPCGUARD_INSTRUMENTS(X)                                                \
@@ -92,6 +94,15 @@ enum class MetricType { kCounter, kGauge, kHistogram };
   X(SeriesOverflows, "rpcguard_stats_series_overflows_total", kCounter, "",    \
     "Lookups of a new (method, target) series counted under \"other\" "        \
     "because Stats held max_series.",                                          \
+    "")                                                                        \
+  X(ServerStopsSent, "rpcguard_server_stops_sent_total", kCounter, "reason",   \
+    "Server calls failed with \"do not retry\", by the give-up reason of "     \
+    "the outgoing call that caused it.",                                       \
+    "")                                                                        \
+  X(ServerHedgesSuppressed, "rpcguard_server_hedges_suppressed_total",         \
+    kCounter, "",                                                              \
+    "Server calls, a caller's retry or hedge, whose outgoing calls were not "  \
+    "hedged.",                                                                 \
     "")
 
 enum class Instrument {

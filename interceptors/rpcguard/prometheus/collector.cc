@@ -14,6 +14,10 @@ std::vector<prometheus::MetricFamily> StatsCollector::Collect() const {
   return ToPrometheusCpp(ToMetricFamilies(stats_->Snapshot()));
 }
 
+std::vector<prometheus::MetricFamily> ServerSignalsCollector::Collect() const {
+  return ToPrometheusCpp(ToMetricFamilies(ServerSignalsSnapshot()));
+}
+
 std::vector<prometheus::MetricFamily> ToPrometheusCpp(
     const std::vector<MetricFamilyData>& families) {
   std::vector<prometheus::MetricFamily> out;
@@ -68,6 +72,13 @@ std::shared_ptr<StatsCollector> ExposeStats(prometheus::Exposer& exposer,
                                             std::shared_ptr<const Stats> stats,
                                             const std::string& uri) {
   auto collector = std::make_shared<StatsCollector>(std::move(stats));
+  exposer.RegisterCollectable(collector, uri);
+  return collector;
+}
+
+std::shared_ptr<ServerSignalsCollector> ExposeServerSignals(
+    prometheus::Exposer& exposer, const std::string& uri) {
+  auto collector = std::make_shared<ServerSignalsCollector>();
   exposer.RegisterCollectable(collector, uri);
   return collector;
 }

@@ -9,7 +9,11 @@
 //
 // The metrics are those of ToPrometheusText (rpcguard/observability/
 // stats.h, and docs/metrics.md), the same names, labels and values: both
-// are built from ToMetricFamilies.
+// are built from ToMetricFamilies. The server interceptors' counters
+// (rpcguard/server.h, ServerSignals) are process-wide, not a Stats': a
+// server exposes them once, beside its Stats:
+//
+//   auto server_metrics = rpcguard::ExposeServerSignals(exposer);
 //
 // An optional library (Bazel //interceptors/rpcguard/prometheus, CMake
 // option RPCGUARD_PROMETHEUS): the core rpcguard library does not depend on
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "rpcguard/observability/stats.h"
+#include "rpcguard/server.h"
 
 namespace rpcguard {
 
@@ -45,6 +50,15 @@ class StatsCollector final : public prometheus::Collectable {
   const std::shared_ptr<const Stats> stats_;
 };
 
+// Hands the process's ServerSignals (ServerSignalsSnapshot) to prometheus-cpp
+// at each Collect(). Thread-safe.
+class ServerSignalsCollector final : public prometheus::Collectable {
+ public:
+  // rpcguard_server_stops_sent_total{reason} and
+  // rpcguard_server_hedges_suppressed_total, now.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+};
+
 // `families` (ToMetricFamilies) as prometheus-cpp metric families.
 std::vector<prometheus::MetricFamily> ToPrometheusCpp(
     const std::vector<MetricFamilyData>& families);
@@ -56,6 +70,12 @@ std::vector<prometheus::MetricFamily> ToPrometheusCpp(
 [[nodiscard]] std::shared_ptr<StatsCollector> ExposeStats(
     prometheus::Exposer& exposer, std::shared_ptr<const Stats> stats,
     const std::string& uri = "/metrics");
+
+// Registers a ServerSignalsCollector with `exposer` at `uri` and returns
+// it, to keep as ExposeStats' is kept. Once per process: the signals are
+// the process's, and two collectors would export each series twice.
+[[nodiscard]] std::shared_ptr<ServerSignalsCollector> ExposeServerSignals(
+    prometheus::Exposer& exposer, const std::string& uri = "/metrics");
 
 }  // namespace rpcguard
 

@@ -1,7 +1,8 @@
 // Copyright rpcguard authors.
 //
 // The instrument list is the one declaration of rpcguard's metrics: the
-// export names exactly its families, in its order, with its types and help;
+// export (a Stats', then the server interceptors') names exactly its
+// families, in its order, with its types and help;
 // histograms take its bounds; docs/metrics.md's table is generated from it.
 
 #include "rpcguard/observability/instruments.h"
@@ -12,16 +13,21 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_split.h"
 #include "rpcguard/observability/stats.h"
+#include "rpcguard/server.h"
 
 namespace rpcguard {
 namespace {
 
 TEST(InstrumentsTest, TheExportIsTheListInOrder) {
-  const std::vector<MetricFamilyData> families =
-      ToMetricFamilies(StatsSnapshot());
+  // A Stats' families, then the server interceptors' (rpcguard/server.h).
+  std::vector<MetricFamilyData> families = ToMetricFamilies(StatsSnapshot());
+  for (MetricFamilyData& f : ToMetricFamilies(ServerSignals())) {
+    families.push_back(std::move(f));
+  }
   ASSERT_EQ(families.size(), static_cast<size_t>(kNumInstruments));
   std::set<std::string> names;
   for (int i = 0; i < kNumInstruments; ++i) {

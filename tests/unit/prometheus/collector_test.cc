@@ -91,5 +91,54 @@ TEST(StatsCollectorTest, PrometheusCppWritesOneInfBucketPerHistogram) {
   EXPECT_EQ(text.find(inf, first + 1), std::string::npos) << text;
 }
 
+TEST(ServerSignalsCollectorTest, ServerSignalsAreExportedLikeAStatsFamily) {
+  ServerSignals signals;
+  signals.stops_sent[static_cast<int>(GiveUpReason::kMaxAttempts)] = 3;
+  signals.stops_sent[static_cast<int>(GiveUpReason::kBreakerOpen)] = 1;
+  signals.hedges_suppressed = 2;
+  const std::vector<prometheus::MetricFamily> families =
+      ToPrometheusCpp(ToMetricFamilies(signals));
+  const prometheus::MetricFamily* stops =
+      Find(families, "rpcguard_server_stops_sent_total");
+  ASSERT_NE(stops, nullptr);
+  EXPECT_EQ(stops->type, prometheus::MetricType::Counter);
+  EXPECT_EQ(stops->help, InstrumentInfoOf(Instrument::kServerStopsSent).help);
+  // Reasons that caused no stop are left out.
+  ASSERT_EQ(stops->metric.size(), 2u);
+  EXPECT_EQ(stops->metric[0].label.at(0).name, "reason");
+  EXPECT_EQ(stops->metric[0].label.at(0).value, "max_attempts");
+  EXPECT_EQ(stops->metric[0].counter.value, 3);
+  EXPECT_EQ(stops->metric[1].label.at(0).value, "breaker_open");
+  EXPECT_EQ(stops->metric[1].counter.value, 1);
+  const prometheus::MetricFamily* hedges =
+      Find(families, "rpcguard_server_hedges_suppressed_total");
+  ASSERT_NE(hedges, nullptr);
+  ASSERT_EQ(hedges->metric.size(), 1u);
+  EXPECT_TRUE(hedges->metric[0].label.empty());
+  EXPECT_EQ(hedges->metric[0].counter.value, 2);
+  // prometheus-cpp writes what the text export writes.
+  const std::string text = prometheus::TextSerializer().Serialize(families);
+  EXPECT_THAT(text, HasSubstr("rpcguard_server_stops_sent_total{reason=\""
+                              "max_attempts\"} 3"));
+  EXPECT_THAT(ToPrometheusText(signals),
+              HasSubstr("rpcguard_server_stops_sent_total{reason=\""
+                        "max_attempts\"} 3\n"));
+  EXPECT_THAT(ToPrometheusText(signals),
+              HasSubstr("\nrpcguard_server_hedges_suppressed_total 2\n"));
+}
+
+TEST(ServerSignalsCollectorTest, CollectReadsTheProcesssSignals) {
+  ServerSignalsCollector collector;
+  const std::vector<prometheus::MetricFamily> families = collector.Collect();
+  ASSERT_EQ(families.size(), 2u);
+  EXPECT_EQ(families[0].name, "rpcguard_server_stops_sent_total");
+  const prometheus::MetricFamily* hedges =
+      Find(families, "rpcguard_server_hedges_suppressed_total");
+  ASSERT_NE(hedges, nullptr);
+  ASSERT_EQ(hedges->metric.size(), 1u);
+  EXPECT_EQ(hedges->metric[0].counter.value,
+            static_cast<double>(ServerSignalsSnapshot().hedges_suppressed));
+}
+
 }  // namespace
 }  // namespace rpcguard

@@ -19,7 +19,7 @@ namespace {
 
 struct Entry {
   uint64_t serial = 0;
-  ReasonBits marked = 0;
+  Marks marked;
 };
 
 constexpr size_t kShards = 16;
@@ -28,6 +28,21 @@ std::atomic<uint64_t> g_stops_sent[kNumGiveUpReasons];
 std::atomic<uint64_t> g_hedges_suppressed{0};
 
 }  // namespace
+
+void Marks::Add(GiveUpReason reason) {
+  const ReasonBits bit = ReasonBit(reason);
+  if (reason == GiveUpReason::kNone || (reasons & bit) != 0) return;
+  reasons |= bit;
+  order[count++] = static_cast<uint8_t>(reason);
+}
+
+GiveUpReason Marks::First(ReasonBits among) const {
+  for (uint8_t i = 0; i < count; ++i) {
+    const GiveUpReason r = static_cast<GiveUpReason>(order[i]);
+    if ((among & ReasonBit(r)) != 0) return r;
+  }
+  return GiveUpReason::kNone;
+}
 
 struct ServerCalls::Shard {
   Mutex mu;
@@ -55,7 +70,7 @@ uint64_t ServerCalls::Begin(grpc_call* call, bool no_hedge) {
   Shard& shard = ShardOf(call);
   MutexLock lock(&shard.mu);
   // A stale entry at this address (its call's end was not seen) is replaced.
-  shard.entries[call] = Entry{serial, 0};
+  shard.entries[call] = Entry{serial, Marks()};
   return serial;
 }
 
@@ -87,15 +102,17 @@ void ServerCalls::Mark(const ServerCallLink& link, GiveUpReason reason) {
   MutexLock lock(&shard.mu);
   auto it = shard.entries.find(link.call);
   if (it != shard.entries.end() && it->second.serial == link.serial) {
-    it->second.marked |= ReasonBit(reason);
+    // Under the shard's lock: of two children giving up at once, the one
+    // that takes it first is first.
+    it->second.marked.Add(reason);
   }
 }
 
-ReasonBits ServerCalls::Marked(grpc_call* call, uint64_t serial) {
+Marks ServerCalls::Marked(grpc_call* call, uint64_t serial) {
   Shard& shard = ShardOf(call);
   MutexLock lock(&shard.mu);
   auto it = shard.entries.find(call);
-  if (it == shard.entries.end() || it->second.serial != serial) return 0;
+  if (it == shard.entries.end() || it->second.serial != serial) return Marks();
   return it->second.marked;
 }
 

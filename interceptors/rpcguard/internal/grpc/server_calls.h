@@ -51,6 +51,20 @@ inline constexpr ReasonBits ReasonBit(GiveUpReason r) {
   return ReasonBits{1} << static_cast<int>(r);
 }
 
+// The give-up reasons marked on one server call, in the order its outgoing
+// calls gave up: the first one names the failure (server.h).
+struct Marks {
+  ReasonBits reasons = 0;
+  // Each reason of `reasons` once, the first marked first; `count` of them.
+  uint8_t order[kNumGiveUpReasons] = {};
+  uint8_t count = 0;
+
+  // Adds `reason` (not kNone) after those already marked, if it is not one.
+  void Add(GiveUpReason reason);
+  // The first reason marked that is in `among`, or kNone.
+  GiveUpReason First(ReasonBits among) const;
+};
+
 class ServerCalls {
  public:
   // The process's one registry.
@@ -66,8 +80,9 @@ class ServerCalls {
   // An outgoing call linked by `link` gave up for `reason`: marks the
   // server call, if it still runs (never creates an entry).
   void Mark(const ServerCallLink& link, GiveUpReason reason);
-  // The reasons marked on the entry of `call` and `serial` (0 if none).
-  ReasonBits Marked(grpc_call* call, uint64_t serial);
+  // The reasons marked on the entry of `call` and `serial` (none if it has
+  // no entry).
+  Marks Marked(grpc_call* call, uint64_t serial);
   // Entries held now, for tests.
   size_t size();
 

@@ -64,15 +64,13 @@ class ServerInterceptor final : public grpc::experimental::Interceptor {
   void OnSendStatus(InterceptorBatchMethods* batch) {
     grpc_call* call = call_;
     call_ = nullptr;
-    const ReasonBits marked = ServerCalls::Get().Marked(call, serial_);
+    const Marks marked = ServerCalls::Get().Marked(call, serial_);
     ServerCalls::Get().End(call, serial_);
     if (settings_.edge || batch->GetSendStatus().ok()) return;
-    const ReasonBits travelling = marked & settings_.propagate;
-    if (travelling == 0) return;
-    // The first reason in the list's order names the failure.
-    int first = 0;
-    while ((travelling & (ReasonBits{1} << first)) == 0) ++first;
-    const GiveUpReason reason = static_cast<GiveUpReason>(first);
+    // The first outgoing call to give up for a reason that travels names
+    // the failure: what went wrong first, whatever the handler did next.
+    const GiveUpReason reason = marked.First(settings_.propagate);
+    if (reason == GiveUpReason::kNone) return;
     std::multimap<std::string, std::string>* trailers =
         batch->GetSendTrailingMetadata();
     // A pushback the handler set itself is its own answer.

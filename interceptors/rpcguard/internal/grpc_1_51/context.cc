@@ -5,6 +5,7 @@
 #include <grpc/support/alloc.h>
 #include <grpcpp/channel.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,9 +39,23 @@ RPCGUARD_PRIVATE_MEMBER(DebugErrorString, grpc::ClientContext, std::string,
                         debug_error_string_);
 RPCGUARD_PRIVATE_MEMBER(CChannel, grpc::Channel, grpc_channel* const,
                         c_channel_);
+// One name: the macro would split the template's arguments.
+using SendMetadataMap = std::multimap<std::string, std::string>;
+RPCGUARD_PRIVATE_MEMBER(SendInitialMetadata, grpc::ClientContext,
+                        SendMetadataMap, send_initial_metadata_);
 
 }  // namespace
 #endif  // RPCGUARD_GRPC_1_51
+
+std::multimap<std::string, std::string>* MetadataToSend(
+    grpc::ClientContext* context) {
+#if RPCGUARD_GRPC_1_51
+  return &(context->*Get(SendInitialMetadata()));
+#else
+  (void)context;
+  return nullptr;
+#endif
+}
 
 grpc_call* ParentCall(const grpc::ClientContext& caller) {
 #if RPCGUARD_GRPC_1_51

@@ -21,6 +21,7 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/impl/channel_interface.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +45,13 @@ struct CallerSettings {
   grpc::PropagationOptions propagation;
   struct census_context* census = nullptr;  // set_census_context
 };
+
+// The initial metadata `context` will send, as AddMetadata left it, to take
+// rpcguard's private entries out or keep one of each (the link of
+// LinkToServerCall, server.h): null on another gRPC, whose public API has no
+// getter. Only before the context's call starts.
+std::multimap<std::string, std::string>* MetadataToSend(
+    grpc::ClientContext* context);
 
 // The server call `caller` was made a child of (FromServerContext), or null;
 // always null on another gRPC. Cheaper than ReadCallerSettings: no copies.

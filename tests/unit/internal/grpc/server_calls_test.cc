@@ -22,11 +22,33 @@ TEST(ServerCallsTest, AGiveUpMarksTheRunningCall) {
   EXPECT_FALSE(link.no_hedge);
   calls.Mark(link, GiveUpReason::kMaxAttempts);
   calls.Mark(link, GiveUpReason::kBreakerOpen);
-  EXPECT_EQ(calls.Marked(Fake(1001), serial),
+  EXPECT_EQ(calls.Marked(Fake(1001), serial).reasons,
             ReasonBit(GiveUpReason::kMaxAttempts) |
                 ReasonBit(GiveUpReason::kBreakerOpen));
   calls.End(Fake(1001), serial);
-  EXPECT_EQ(calls.Marked(Fake(1001), serial), 0u);
+  EXPECT_EQ(calls.Marked(Fake(1001), serial).reasons, 0u);
+}
+
+TEST(ServerCallsTest, TheFirstGiveUpComesFirstWhateverItsEnumValue) {
+  ServerCalls& calls = ServerCalls::Get();
+  const uint64_t serial = calls.Begin(Fake(1005), /*no_hedge=*/false);
+  const ServerCallLink link = calls.Find(Fake(1005));
+  calls.Mark(link, GiveUpReason::kThrottled);
+  calls.Mark(link, GiveUpReason::kPushbackStop);
+  calls.Mark(link, GiveUpReason::kMaxAttempts);
+  calls.Mark(link, GiveUpReason::kThrottled);  // again: still first
+  const Marks marks = calls.Marked(Fake(1005), serial);
+  calls.End(Fake(1005), serial);
+  EXPECT_EQ(marks.count, 3);
+  const ReasonBits all = ~ReasonBits{0};
+  EXPECT_EQ(marks.First(all), GiveUpReason::kThrottled);
+  // The first of those that travel.
+  EXPECT_EQ(marks.First(ReasonBit(GiveUpReason::kMaxAttempts) |
+                        ReasonBit(GiveUpReason::kPushbackStop)),
+            GiveUpReason::kPushbackStop);
+  EXPECT_EQ(marks.First(ReasonBit(GiveUpReason::kBreakerOpen)),
+            GiveUpReason::kNone);
+  EXPECT_EQ(Marks().First(all), GiveUpReason::kNone);
 }
 
 TEST(ServerCallsTest, ALateGiveUpCreatesNothing) {
@@ -48,7 +70,7 @@ TEST(ServerCallsTest, AReusedAddressIsNeverMarkedByTheOldCall) {
   // Another server call at the same address.
   const uint64_t second = calls.Begin(Fake(1003), false);
   calls.Mark(old_link, GiveUpReason::kMaxAttempts);
-  EXPECT_EQ(calls.Marked(Fake(1003), second), 0u);
+  EXPECT_EQ(calls.Marked(Fake(1003), second).reasons, 0u);
   // The old call's late end does not erase the new one's entry.
   calls.End(Fake(1003), first);
   EXPECT_TRUE(calls.Find(Fake(1003)).linked());

@@ -23,6 +23,7 @@
 
 #include <cerrno>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,6 +126,22 @@ TEST(ContextAccessTest, ReadsWhatThePublicSettersWrote) {
   fail_fast.set_fail_fast(true);
   EXPECT_EQ(ReadCallerSettings(fail_fast).wait_for_ready,
             kFastPaths ? std::optional<bool>(false) : std::nullopt);
+}
+
+TEST(ContextAccessTest, MetadataToSendIsWhatAddMetadataWrote) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("k", "1");
+  ctx.AddMetadata("k", "2");
+  std::multimap<std::string, std::string>* md = MetadataToSend(&ctx);
+  if (!kFastPaths) {
+    EXPECT_EQ(md, nullptr);
+    return;
+  }
+  ASSERT_NE(md, nullptr);
+  EXPECT_EQ(md->count("k"), 2u);
+  // Erased through it, gone from the context.
+  md->erase("k");
+  EXPECT_TRUE(MetadataToSend(&ctx)->empty());
 }
 
 TEST(ContextAccessTest, AppliedSettingsReadBack) {
