@@ -141,6 +141,28 @@ TEST(OriginE2ETest, AHealthyMiddleIsNotCutOffForItsStoresOutage) {
       front_registry->Get(middle_target)->Snapshot();
   EXPECT_EQ(front_breaker.state, BreakerState::kClosed);
   EXPECT_EQ(front_breaker.window_failures, 0);
+  // A caller without rpcguard hears the middle's refusal (its breaker on
+  // the store is open) as RESOURCE_EXHAUSTED, "up but cannot take this",
+  // not as the middle being down, and is told not to retry.
+  {
+    auto plain = Plain::NewStub(
+        grpc::CreateChannel(middle_target, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    Empty request, response;
+    const grpc::Status s = plain->Level(&ctx, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << s.error_message();
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    auto pushback = trailers.find("grpc-retry-pushback-ms");
+    ASSERT_NE(pushback, trailers.end());
+    EXPECT_EQ(std::string(pushback->second.data(), pushback->second.size()),
+              "-1");
+    auto gave_up = trailers.find("rpcguard-gave-up");
+    ASSERT_NE(gave_up, trailers.end());
+    EXPECT_EQ(std::string(gave_up->second.data(), gave_up->second.size()),
+              "breaker_open");
+  }
   // And the middle's own method is served, every time.
   int served = 0;
   for (int i = 0; i < 10; ++i) {

@@ -8,10 +8,14 @@ namespace rpcguard {
 namespace internal {
 
 grpc::Status ThrottledStatus(absl::string_view key) {
-  // UNAVAILABLE, as gRPC's own load-balancer drops: the destination may
-  // take the call later.
+  // RESOURCE_EXHAUSTED, the answer the destination itself was giving: the
+  // throttle sheds on its behalf. UNAVAILABLE would read, to a caller above
+  // that receives this failure from a middle, as the middle being down
+  // (breakers, outlier ejection, and most retry policies count it); Envoy's
+  // rate limiter offers the same choice for the same reason
+  // (rate_limited_as_resource_exhausted). docs/fleet.md.
   return grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
       absl::StrCat("rpcguard: the adaptive throttle of \"", key,
                    "\" refused the call: the destination is rejecting calls "
                    "as overloaded"));

@@ -66,11 +66,25 @@ class ServerInterceptor final : public grpc::experimental::Interceptor {
     call_ = nullptr;
     const Marks marked = ServerCalls::Get().Marked(call, serial_);
     ServerCalls::Get().End(call, serial_);
-    if (settings_.edge || batch->GetSendStatus().ok()) return;
+    const grpc::Status status = batch->GetSendStatus();
+    if (status.ok()) return;
     // The first outgoing call to give up for a reason that travels names
     // the failure: what went wrong first, whatever the handler did next.
     const GiveUpReason reason = marked.First(settings_.propagate);
     if (reason == GiveUpReason::kNone) return;
+    if (IsLocalRefusal(reason) &&
+        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // This server's own client refused to call the service below (its
+      // breaker, throttle or budget). UNAVAILABLE would tell every caller,
+      // rpcguard or not, that this server is down (breakers, outlier
+      // ejection, retry policies count it); RESOURCE_EXHAUSTED says it is up
+      // and cannot take this request now (docs/fleet.md). Edge servers too:
+      // their callers read codes, not trailers.
+      batch->ModifySendStatus(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                           status.error_message(),
+                                           status.error_details()));
+    }
+    if (settings_.edge) return;
     std::multimap<std::string, std::string>* trailers =
         batch->GetSendTrailingMetadata();
     // A pushback the handler set itself is its own answer.
@@ -105,6 +119,12 @@ class ServerInterceptorFactory final
 };
 
 }  // namespace
+
+bool IsLocalRefusal(GiveUpReason reason) {
+  return reason == GiveUpReason::kThrottled ||
+         reason == GiveUpReason::kBreakerOpen ||
+         reason == GiveUpReason::kBudgetExhausted;
+}
 
 bool IsRepeatedAttempt(absl::string_view attempt, absl::string_view previous) {
   int n = 0;

@@ -26,6 +26,11 @@ struct ServerInterceptorSettings {
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 NewServerInterceptorFactory(const ServerInterceptorSettings& settings);
 
+// Whether `reason` is a server's own client refusing to call the service
+// below (throttled, breaker_open, budget_exhausted): the server is up, so
+// its failure goes up as RESOURCE_EXHAUSTED, not UNAVAILABLE.
+bool IsLocalRefusal(GiveUpReason reason);
+
 // Whether initial metadata with `attempt` (rpcguard's attempt header, or
 // empty) and `previous` (grpc-previous-rpc-attempts, or empty) is a retry
 // or a hedge of its caller: attempt >= 2, or previous >= 1.
