@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "proto/rpcguard/testing/v1/declared.grpc.pb.h"
+#include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/rpcguard.h"
 #include "tests/testing/guarded_channel.h"
 
@@ -27,6 +28,7 @@ namespace rpcguard {
 namespace {
 
 using ::google::protobuf::Empty;
+using ::rpcguard::internal::kServerCallLinkHeader;
 using ::rpcguard::testing::CreateGuardedChannel;
 using ::rpcguard::testing::v1::Plain;
 
@@ -51,11 +53,17 @@ class Store final : public Plain::Service {
     ++calls;
     return grpc::Status(code_, "store failing");
   }
-  grpc::Status Nothing(grpc::ServerContext*, const Empty*, Empty*) override {
+  grpc::Status Nothing(grpc::ServerContext* ctx, const Empty*,
+                       Empty*) override {
     ++calls;
+    if (ctx->client_metadata().count(kServerCallLinkHeader) > 0) {
+      ++links_received;
+    }
+    if (code_ == grpc::StatusCode::OK) return grpc::Status::OK;
     return grpc::Status(code_, "store failing");
   }
   std::atomic<int> calls{0};
+  std::atomic<int> links_received{0};
 
  private:
   const grpc::StatusCode code_;
@@ -233,6 +241,27 @@ TEST(OriginE2ETest, CallsSentOnceThatReachNoServerOpenNoBreaker) {
   const BreakerSnapshot b = registry->Get(target)->Snapshot();
   EXPECT_EQ(b.state, BreakerState::kClosed);
   EXPECT_EQ(b.window_failures, 0);
+}
+
+// The link to a server call is private to the process: written by hand
+// (several times, on a pass-through call too) it is still never sent.
+TEST(OriginE2ETest, NoLinkEntryLeavesTheProcess) {
+  Store store(grpc::StatusCode::OK);
+  int port = 0;
+  auto server = Serve(&store, &port);
+  auto stub =
+      Plain::NewStub(Guarded(absl::StrCat("127.0.0.1:", port), NewRegistry()));
+  for (bool pass_through : {false, true}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    ctx.AddMetadata(kServerCallLinkHeader, "1-2");
+    ctx.AddMetadata(kServerCallLinkHeader, "3-4");
+    if (pass_through) MarkPassThrough(&ctx);
+    Empty request, response;
+    EXPECT_TRUE(stub->Nothing(&ctx, request, &response).ok());
+  }
+  EXPECT_EQ(store.calls.load(), 2);
+  EXPECT_EQ(store.links_received.load(), 0);
 }
 
 }  // namespace

@@ -216,6 +216,9 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
     // Taken first, on every path: the entry is never sent.
     absl::StatusOr<std::optional<CallPolicy>> call_policy = TakeCallPolicy(md);
     if (has_metadata && md->erase(HeaderString<kPassThroughHeader>()) > 0) {
+      // The link to a server call is this process's private note: it never
+      // leaves it, whatever the call's mode.
+      md->erase(HeaderString<kServerCallLinkHeader>());
       batch->Proceed();  // kPassThrough
       return;
     }
@@ -240,7 +243,8 @@ class RetryInterceptor final : public grpc::experimental::Interceptor {
       auto link = md->find(HeaderString<kServerCallLinkHeader>());
       if (link != md->end()) {
         server_link_ = DecodeLink(link->second);
-        md->erase(link);
+        // Every entry, however many were added: none may be sent.
+        md->erase(HeaderString<kServerCallLinkHeader>());
       }
     }
     if (!server_link_.linked()) {
