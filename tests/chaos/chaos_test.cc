@@ -14,7 +14,9 @@
 //
 // Invariants, over every call:
 //  1. no call completes more than 20 ms after its deadline (250 ms under
-//     AddressSanitizer, see kLateBound). rpcguard's own
+//     AddressSanitizer, see kLateBound), or later than a plain channel's
+//     calls around it (the control, ControlCalls, + 5 ms: a loaded machine
+//     is late for gRPC too). rpcguard's own
 //     part is checked exactly (no attempt gets a deadline later than its
 //     call's); lateness beyond 20 ms is excused only where a measured cause
 //     outside rpcguard accounts for it (the test process was not scheduled,
@@ -142,6 +144,12 @@ constexpr absl::Duration kHeartbeat = absl::Milliseconds(1);
 constexpr absl::Duration kStallGap = absl::Milliseconds(5);
 // Lateness excused by such stalls must stay rare, or the run proves little.
 constexpr double kMaxExcusedLateShare = 0.01;
+// A call as late as the control's calls around it (ControlCalls), plus this,
+// is on time as gRPC keeps time on this machine now.
+constexpr absl::Duration kControlAllowance = absl::Milliseconds(5);
+// Around a call's deadline: the control calls whose deadlines fall this
+// close to it say how late gRPC itself was then.
+constexpr absl::Duration kControlWindow = absl::Seconds(1);
 // At most this share of the cancelled calls (and at least one) may have an
 // attempt start late after the cancel excused by a switched-out caller's
 // thread.
@@ -510,6 +518,73 @@ class StallLog {
   std::vector<std::pair<absl::Time, absl::Time>> stalls_ ABSL_GUARDED_BY(mu_);
 };
 
+// The control: a plain gRPC channel (no interceptor) to the same server,
+// calling all through the run with deadlines the server never meets
+// (wait-for-ready: through a kill too), so that each call ends by gRPC
+// core's own deadline. Its lateness at a moment is what the machine did to
+// gRPC itself then: rpcguard's calls are judged against it (a loaded machine
+// is late for gRPC too), never against a bound only a quiet one meets.
+class ControlCalls {
+ public:
+  // Calls, kInFlight at a time, until `stop`.
+  void Run(FaultService::Stub* stub, const std::atomic<bool>* stop) {
+    absl::BitGen gen;
+    std::vector<std::thread> lanes;
+    for (int lane = 0; lane < kInFlight; ++lane) {
+      lanes.emplace_back([this, stub, stop, lane] {
+        absl::BitGen gen;
+        for (int64_t n = 0; !stop->load(); ++n) {
+          grpc::ClientContext ctx;
+          const absl::Duration budget =
+              absl::Milliseconds(absl::Uniform(gen, 150, 400));
+          const absl::Time deadline = absl::Now() + budget;
+          ctx.set_deadline(absl::ToChronoTime(deadline));
+          ctx.set_wait_for_ready(true);
+          FaultRequest req;
+          req.set_op_id(absl::StrCat("control-", lane, "-", n));
+          req.set_delay_ms(2000);
+          FaultReply reply;
+          stub->Get(&ctx, req, &reply);
+          const absl::Time end = absl::Now();
+          absl::MutexLock lock(&mu_);
+          ends_.push_back({deadline, end});
+        }
+      });
+    }
+    for (auto& t : lanes) t.join();
+  }
+
+  // The latest a control call with its deadline in [from, to] ended after
+  // it (zero if none ended late).
+  absl::Duration LatestWithin(absl::Time from, absl::Time to) const {
+    absl::MutexLock lock(&mu_);
+    absl::Duration latest;
+    for (const auto& [deadline, end] : ends_) {
+      if (deadline >= from && deadline <= to) {
+        latest = std::max(latest, end - deadline);
+      }
+    }
+    return latest;
+  }
+
+  // "N calls, latest +X" for the report.
+  std::string Describe() const {
+    absl::MutexLock lock(&mu_);
+    absl::Duration latest;
+    for (const auto& [deadline, end] : ends_) {
+      latest = std::max(latest, end - deadline);
+    }
+    return absl::StrCat(
+        ends_.size(), " control calls (plain channel), latest +",
+        absl::FormatDuration(absl::Trunc(latest, absl::Microseconds(100))));
+  }
+
+ private:
+  static constexpr int kInFlight = 3;
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<absl::Time, absl::Time>> ends_ ABSL_GUARDED_BY(mu_);
+};
+
 // ---------------------------------------------------------------------------
 // Calls.
 
@@ -683,6 +758,8 @@ class Chaos {
   absl::Time quick_restart_back_ = absl::InfiniteFuture();
   StallLog stalls_;
   std::atomic<bool> heartbeat_stop_{false};
+  ControlCalls control_calls_;
+  std::unique_ptr<FaultService::Stub> control_stub_;
   std::shared_ptr<Stats> stats_ = std::make_shared<Stats>();
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<FaultService::Stub> stub_;
@@ -1147,7 +1224,11 @@ void Chaos::Run() {
                    "succeeded; breaker ",
                    burst_breaker_closed_ ? "stayed closed" : "moved"));
 
+  control_stub_ = FaultService::NewStub(grpc::CreateCustomChannel(
+      server_.address(), grpc::InsecureChannelCredentials(), args));
   std::thread heartbeat([this] { stalls_.Run(&heartbeat_stop_); });
+  std::thread control_calls(
+      [this] { control_calls_.Run(control_stub_.get(), &heartbeat_stop_); });
   std::thread canceller([this] { Canceller(); });
   std::thread watchdog([this] { Watchdog(); });
   std::vector<std::thread> callers;
@@ -1239,6 +1320,7 @@ void Chaos::Run() {
   watchdog.join();
   heartbeat_stop_.store(true);
   heartbeat.join();
+  control_calls.join();
   if (!heals_.empty() && heals_.back().window_end == absl::InfiniteFuture()) {
     heals_.back().window_end = absl::Now();
   }
@@ -1290,6 +1372,13 @@ int64_t Chaos::CheckAndReport() {
   absl::Duration max_late_unexcused = -absl::InfiniteDuration();
   absl::Duration max_excused_late = absl::ZeroDuration();
   int64_t late_excused = 0;
+  // Past kLateBound, but no later than the control's calls then.
+  int64_t late_as_control = 0;
+  // Calls over kControlAllowance late: no conclusion traced, decided late
+  // at an attempt's late end, decided late otherwise (a timer), decided on
+  // time but delivered late.
+  int64_t late_where[4] = {};
+  absl::Duration max_late_as_control;
   int64_t late_excused_grpc = 0;
   int64_t late_excused_delivery = 0;
   int64_t charges_ok = 0;
@@ -1346,7 +1435,30 @@ int64_t Chaos::CheckAndReport() {
     // that long to hand rpcguard's conclusion to the application.
     const absl::Duration lateness = r.end - r.deadline;
     max_late = std::max(max_late, lateness);
-    if (lateness > kLateBound) {
+    const absl::Duration control_late = control_calls_.LatestWithin(
+        r.deadline - kControlWindow, r.deadline + kControlWindow);
+    if (lateness > kControlAllowance && !attempts.empty() &&
+        !attempts.front().key.empty()) {
+      // Where the time of a late call went: rpcguard decided late (its
+      // last attempt's end or its timer reached it late), or its decision
+      // reached the application late.
+      const absl::Time concluded = retries_.Concluded(attempts.front().key);
+      if (concluded == absl::InfiniteFuture()) {
+        ++late_where[0];
+      } else if (concluded - r.deadline > kControlAllowance) {
+        const bool attempt_late =
+            attempts.back().ended &&
+            attempts.back().end - r.deadline > kControlAllowance;
+        ++late_where[attempt_late ? 1 : 2];
+      } else {
+        ++late_where[3];
+      }
+    }
+    if (lateness > kLateBound && lateness <= control_late + kControlAllowance) {
+      // gRPC's own calls were as late then: on time for this machine.
+      ++late_as_control;
+      max_late_as_control = std::max(max_late_as_control, lateness);
+    } else if (lateness > kLateBound) {
       const absl::Duration stalled =
           stalls_.StalledWithin(r.deadline - absl::Milliseconds(100), r.end);
       absl::Duration grpc_late;
@@ -1392,7 +1504,12 @@ int64_t Chaos::CheckAndReport() {
             r.message, "; started ", rel(r.start), timeline,
             concluded == absl::InfiniteFuture()
                 ? std::string("; rpcguard traced no conclusion")
-                : absl::StrCat("; rpcguard concluded ", rel(concluded))));
+                : absl::StrCat("; rpcguard concluded ", rel(concluded)),
+            "; the control (a plain channel, deadlines within ",
+            absl::FormatDuration(kControlWindow), ") ended at most +",
+            absl::FormatDuration(
+                absl::Trunc(control_late, absl::Microseconds(100))),
+            " late"));
       }
     } else {
       max_late_unexcused = std::max(max_late_unexcused, lateness);
@@ -1713,7 +1830,20 @@ int64_t Chaos::CheckAndReport() {
                 absl::FormatDuration(
                     absl::Trunc(max_excused_late, absl::Milliseconds(1))),
                 ")")
-          : "");
+          : std::string(),
+      late_as_control > 0
+          ? absl::StrCat("; ", late_as_control,
+                         " later but as late as the control's calls then "
+                         "(max +",
+                         absl::FormatDuration(absl::Trunc(
+                             max_late_as_control, absl::Milliseconds(1))),
+                         ")")
+          : "",
+      "; ", control_calls_.Describe(), "; over ",
+      absl::FormatDuration(kControlAllowance), " late: ", late_where[1],
+      " decided at a late attempt end, ", late_where[2],
+      " decided late otherwise, ", late_where[3], " delivered late, ",
+      late_where[0], " untraced");
   cancel.detail = absl::StrCat(cancelled_calls, " cancelled calls");
   create.detail =
       absl::StrCat(by_method[3], " ops, ", creates_attempted, " attempted");
