@@ -43,8 +43,11 @@ constexpr char kConfig[] = R"json({"methodConfig": [
    "hedgingPolicy": {"maxAttempts": 3, "hedgingDelay": "0.03s"},
    "rpcguard": {"maxExtraLoad": 1}}]})json";
 
-// How late a call may end: timers and threads on a loaded 2-core machine.
+// How late a call may end on a quiet machine; on a loaded one, as late as
+// a plain channel's call with the same deadline in the same moment (the
+// control) plus kAllowance.
 constexpr absl::Duration kSlack = absl::Milliseconds(25);
+constexpr absl::Duration kAllowance = absl::Milliseconds(5);
 
 class HedgedDeadlineTest : public ::testing::Test {
  protected:
@@ -62,6 +65,58 @@ class HedgedDeadlineTest : public ::testing::Test {
     ASSERT_TRUE((*channel)->WaitForConnected(std::chrono::system_clock::now() +
                                              std::chrono::seconds(5)));
     stub_ = FaultService::NewStub(*channel);
+    auto plain = grpc::CreateChannel(server_.address(),
+                                     grpc::InsecureChannelCredentials());
+    ASSERT_TRUE(plain->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(5)));
+    control_ = FaultService::NewStub(plain);
+  }
+
+  // How late rpcguard's slow call and, beside it with the same deadline, a
+  // plain channel's (the control) ended.
+  struct Late {
+    absl::Duration rpcguard, control;
+  };
+  Late SlowCallBesideControl(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::Duration control_late;
+    std::thread control([&] {
+      FaultRequest req;
+      req.set_op_id(absl::StrCat("control-", Next()));
+      req.set_delay_ms(2000);
+      FaultReply reply;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(deadline));
+      control_->Get(&ctx, req, &reply);
+      control_late = absl::Now() - deadline;
+    });
+    const absl::Duration late = SlowCall(deadline);
+    control.join();
+    return {late, control_late};
+  }
+
+  // Runs `one` (FastCalls then SlowCallBesideControl) `calls` times and
+  // judges the latest rpcguard call against max(kSlack, the latest control
+  // call + kAllowance); up to three times, passing when one holds: the
+  // maxima of a few calls on a loaded machine are noisy, while lateness of
+  // rpcguard's own making (the issue's 50 ms) shows every time.
+  void ExpectOnTime(int calls, int fast_calls, absl::Duration timeout) {
+    std::string seen;
+    for (int measurement = 0; measurement < 3; ++measurement) {
+      absl::Duration latest, control_latest;
+      for (int i = 0; i < calls; ++i) {
+        FastCalls(fast_calls);
+        const Late late = SlowCallBesideControl(timeout);
+        latest = std::max(latest, late.rpcguard);
+        control_latest = std::max(control_latest, late.control);
+      }
+      absl::StrAppend(&seen, "\n  rpcguard latest +",
+                      absl::FormatDuration(latest), ", control latest +",
+                      absl::FormatDuration(control_latest));
+      if (latest < std::max(kSlack, control_latest + kAllowance)) return;
+    }
+    ADD_FAILURE() << "later than max(" << kSlack << ", the control + "
+                  << kAllowance << ") in three measurements:" << seen;
   }
 
   // Fast calls side by side: both of gRPC's callback threads get an event
@@ -82,15 +137,14 @@ class HedgedDeadlineTest : public ::testing::Test {
     for (auto& t : threads) t.join();
   }
 
-  // A sync call whose every copy takes 2 s at the server, with `timeout`;
+  // A sync call whose every copy takes 2 s at the server, with `deadline`;
   // returns how long after its deadline it ended.
-  absl::Duration SlowCall(absl::Duration timeout) {
+  absl::Duration SlowCall(absl::Time deadline) {
     FaultRequest req;
     req.set_op_id(absl::StrCat("slow-", Next()));
     req.set_delay_ms(2000);
     FaultReply reply;
     grpc::ClientContext ctx;
-    const absl::Time deadline = absl::Now() + timeout;
     ctx.set_deadline(absl::ToChronoTime(deadline));
     const grpc::Status s = stub_->Get(&ctx, req, &reply);
     const absl::Duration late = absl::Now() - deadline;
@@ -108,26 +162,19 @@ class HedgedDeadlineTest : public ::testing::Test {
 
   ServerProcess server_;
   std::unique_ptr<FaultService::Stub> stub_;
+  std::unique_ptr<FaultService::Stub> control_;
 };
 
 // The deadline falls 1050 ms after the last callback event, in the 100 ms
 // the callback threads sleep: before the fix each call ended about 50 ms
 // late, every time.
 TEST_F(HedgedDeadlineTest, EndsAtItsDeadlineWhileGrpcCallbackThreadsSleep) {
-  for (int i = 0; i < 3; ++i) {
-    FastCalls(4);
-    const absl::Duration late = SlowCall(absl::Milliseconds(1050));
-    EXPECT_LT(late, kSlack) << "call " << i;
-  }
+  ExpectOnTime(/*calls=*/3, /*fast_calls=*/4, absl::Milliseconds(1050));
 }
 
 // The issue's case: 200 ms, after other hedged calls on the same channel.
 TEST_F(HedgedDeadlineTest, EndsAtItsDeadlineAfterOtherHedgedCalls) {
-  for (int i = 0; i < 10; ++i) {
-    FastCalls(2);
-    const absl::Duration late = SlowCall(absl::Milliseconds(200));
-    EXPECT_LT(late, kSlack) << "call " << i;
-  }
+  ExpectOnTime(/*calls=*/10, /*fast_calls=*/2, absl::Milliseconds(200));
 }
 
 }  // namespace
