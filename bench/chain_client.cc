@@ -30,7 +30,8 @@ RetrySettings ChainRetrySettings() {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
-    Client client, const std::string& target) {
+    Client client, const std::string& target,
+    std::shared_ptr<RpcguardState> state) {
   const RetrySettings retry = ChainRetrySettings();
   switch (client) {
     case Client::kNone:
@@ -49,16 +50,19 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
             "rpcguard_fleet*: this build has no rpcguard server interceptor "
             "(interceptors/rpcguard/server.h is not linked yet)");
       }
-      return MakeClientChannel(ClientKind::kRpcguard, target, retry);
+      return MakeClientChannel(ClientKind::kRpcguard, target, retry,
+                               std::move(state));
     case Client::kRpcguard:
     case Client::kSingleTier:
-      return MakeClientChannel(ClientKind::kRpcguard, target, retry);
+      return MakeClientChannel(ClientKind::kRpcguard, target, retry,
+                               std::move(state));
   }
   return absl::InvalidArgumentError("unknown client");
 }
 
 // One call of Caller: its attempts so far and the one in flight.
 struct Caller::Pending {
+  Method method;
   const rpcguard::testing::v1::FaultRequest* request;
   rpcguard::testing::v1::FaultReply* reply;
   ContextFactory make_context;
@@ -72,35 +76,41 @@ Caller::Caller(Client client, std::shared_ptr<grpc::Channel> channel)
       channel_(std::move(channel)),
       stub_(rpcguard::testing::v1::FaultService::NewStub(channel_)) {}
 
-void Caller::Call(const rpcguard::testing::v1::FaultRequest* request,
+void Caller::Call(Method method,
+                  const rpcguard::testing::v1::FaultRequest* request,
                   rpcguard::testing::v1::FaultReply* reply,
                   ContextFactory make_context,
                   std::function<void(grpc::Status)> done) {
-  auto* pending = new Pending{request,         reply,   std::move(make_context),
-                              std::move(done), nullptr, 0};
+  auto* pending =
+      new Pending{method,          request, reply, std::move(make_context),
+                  std::move(done), nullptr, 0};
   Attempt(pending);
 }
 
 void Caller::Attempt(Pending* pending) {
   pending->context = pending->make_context();
   ++pending->attempts;
-  stub_->async()->Get(
-      pending->context.get(), pending->request, pending->reply,
-      [this, pending](grpc::Status status) {
-        // The naive loop: again at once, as a hand-written retry does, on
-        // the codes the retrying clients retry; the propagated deadline
-        // ends it.
-        const bool retriable =
-            status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-            status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-        if (naive_ && retriable && pending->attempts < kMaxAttempts) {
-          Attempt(pending);
-          return;
-        }
-        std::function<void(grpc::Status)> done = std::move(pending->done);
-        delete pending;
-        done(std::move(status));
-      });
+  auto finished = [this, pending](grpc::Status status) {
+    // The naive loop: again at once, as a hand-written retry does, on the
+    // codes the retrying clients retry; the propagated deadline ends it.
+    const bool retriable =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    if (naive_ && retriable && pending->attempts < kMaxAttempts) {
+      Attempt(pending);
+      return;
+    }
+    std::function<void(grpc::Status)> done = std::move(pending->done);
+    delete pending;
+    done(std::move(status));
+  };
+  if (pending->method == Method::kPut) {
+    stub_->async()->Put(pending->context.get(), pending->request,
+                        pending->reply, std::move(finished));
+  } else {
+    stub_->async()->Get(pending->context.get(), pending->request,
+                        pending->reply, std::move(finished));
+  }
 }
 
 }  // namespace chain

@@ -32,15 +32,22 @@ inline constexpr int kMaxAttempts = 3;
 // The retry parameters of the retrying clients.
 RetrySettings ChainRetrySettings();
 
-// A channel to `target` for `client` (kSingleTier: rpcguard's). Errors:
-// Unimplemented for kRpcguardFleet in a build without the server
-// interceptor, else what bench/clients.h reports.
+// A channel to `target` for `client` (kSingleTier: rpcguard's). rpcguard's
+// channels share `state` (its breaker registry, and its trace sink, which
+// counts breaker openings); the others ignore it. Errors: Unimplemented for
+// kRpcguardFleet in a build without the server interceptor, else what
+// bench/clients.h reports.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
-    Client client, const std::string& target);
+    Client client, const std::string& target,
+    std::shared_ptr<RpcguardState> state);
 
-// Makes Get calls through one channel, each with as many attempts as its
-// client makes in the application (kNaive: up to kMaxAttempts; every other
-// client: one, its channel retries below). Thread-safe.
+// The methods the chain calls: Get goes down to the store; Put (kSplit
+// only) is answered by B without the store.
+enum class Method { kGet, kPut };
+
+// Makes Get or Put calls through one channel, each with as many attempts as
+// its client makes in the application (kNaive: up to kMaxAttempts; every
+// other client: one, its channel retries below). Thread-safe.
 class Caller {
  public:
   // Each attempt's context, made just before it starts: the naive loop
@@ -51,7 +58,7 @@ class Caller {
 
   // Starts the call and returns at once; `done` runs once, on a gRPC
   // thread, with the final status. `request` and `reply` must outlive it.
-  void Call(const rpcguard::testing::v1::FaultRequest* request,
+  void Call(Method method, const rpcguard::testing::v1::FaultRequest* request,
             rpcguard::testing::v1::FaultReply* reply,
             ContextFactory make_context,
             std::function<void(grpc::Status)> done);

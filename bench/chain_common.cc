@@ -58,6 +58,14 @@ absl::string_view ScenarioName(Scenario scenario) {
       return "overload4x";
     case Scenario::kBlip:
       return "blip";
+    case Scenario::kOverload2xCold:
+      return "overload2x_cold";
+    case Scenario::kOverload4xCold:
+      return "overload4x_cold";
+    case Scenario::kSustained2x:
+      return "sustained2x";
+    case Scenario::kSplit:
+      return "split";
   }
   return "?";
 }
@@ -68,8 +76,35 @@ absl::StatusOr<Scenario> ParseScenario(absl::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown scenario \"", name,
-                   "\" (want outage, fail60, overload2x, overload4x or blip)"));
+                   "\" (want outage, fail60, overload2x, overload4x, blip, "
+                   "overload2x_cold, overload4x_cold, sustained2x or split)"));
 }
+
+absl::Duration ScenarioDuration(Scenario scenario, absl::Duration duration) {
+  return scenario == Scenario::kSustained2x ? kSustainedDuration : duration;
+}
+
+bool IsCold(Scenario scenario) {
+  return scenario == Scenario::kOverload2xCold ||
+         scenario == Scenario::kOverload4xCold ||
+         scenario == Scenario::kSustained2x;
+}
+
+bool HasIndependentMethod(Scenario scenario) {
+  return scenario == Scenario::kSplit;
+}
+
+namespace {
+
+// Limits the store to `share` of `rate` (0.5: 2x overload) from `from`.
+void Overload(FaultPlan& plan, double rate, double share, absl::Duration from) {
+  const double capacity = rate * share;
+  plan.max_concurrent = kStoreConcurrency;
+  plan.service_time = absl::Seconds(plan.max_concurrent / capacity);
+  plan.overload_start = from;
+}
+
+}  // namespace
 
 FaultPlan MakeFaultPlan(Scenario scenario, absl::Duration duration, double rate,
                         absl::Duration blip) {
@@ -78,6 +113,7 @@ FaultPlan MakeFaultPlan(Scenario scenario, absl::Duration duration, double rate,
   // Whole buckets, so that the window's edges fall on the series' edges.
   plan.start = absl::Floor(duration / 4, kBucket);
   plan.end = plan.start + absl::Floor(duration / 3, kBucket);
+  plan.fail_end = plan.end;
   switch (scenario) {
     case Scenario::kOutage:
       plan.fail_percent = 100;
@@ -86,16 +122,34 @@ FaultPlan MakeFaultPlan(Scenario scenario, absl::Duration duration, double rate,
       plan.fail_percent = 60;
       break;
     case Scenario::kOverload2x:
-    case Scenario::kOverload4x: {
-      const double capacity =
-          rate / (scenario == Scenario::kOverload2x ? 2.0 : 4.0);
-      plan.max_concurrent = 2;
-      plan.service_time = absl::Seconds(plan.max_concurrent / capacity);
+      Overload(plan, rate, 0.5, plan.start);
       break;
-    }
+    case Scenario::kOverload4x:
+      Overload(plan, rate, 0.25, plan.start);
+      break;
     case Scenario::kBlip:
       plan.fail_percent = 100;
       plan.end = plan.start + blip;
+      plan.fail_end = plan.end;
+      break;
+    case Scenario::kOverload2xCold:
+    case Scenario::kOverload4xCold:
+    case Scenario::kSustained2x:
+      plan.start = absl::ZeroDuration();
+      plan.end = absl::Floor(duration, kBucket);
+      plan.fail_end = plan.start;
+      plan.to_the_end = true;
+      Overload(plan, rate, scenario == Scenario::kOverload4xCold ? 0.25 : 0.5,
+               plan.start);
+      break;
+    case Scenario::kSplit:
+      // Down long enough (two thirds of the calls in the breaker's 10-s
+      // window failing) for B's breaker on the store to open.
+      plan.start = absl::Floor(duration / 6, kBucket);
+      plan.fail_percent = 100;
+      plan.fail_end = absl::Floor(duration / 2, kBucket);
+      plan.end = absl::Floor(duration * 3 / 4, kBucket);
+      Overload(plan, rate, 0.5, plan.fail_end);
       break;
   }
   return plan;

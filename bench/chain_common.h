@@ -20,12 +20,20 @@
 //                     machine);
 //   generator -> driver  "result {JSON}" once its last call has ended;
 //   driver -> server  "stop"; the server answers "counts N0 N1 ..." (the
-//                     attempts it received per bucket since T0); the store
-//                     then adds "max_per_request M" (the most attempts any
-//                     one generator request made at it) and exits.
+//                     Get attempts it received per bucket since T0); the
+//                     store then adds "max_per_request M" (the most attempts
+//                     any one generator request made at it), a tier
+//                     "breaker_openings K" (how often a breaker of its
+//                     client opened: rpcguard's clients; 0 for the others),
+//                     and exits.
 //
-// Every generator request names itself in `op_id` ("r<index>"); A and B pass
-// the request on as it came, so that the store counts each one's attempts.
+// Every generator request names itself in `op_id` ("r<index>"; a Put of
+// kSplit "p<index>"); A and B pass the request on as it came, so that the
+// store counts each one's attempts.
+//
+// Busy loops (--load=N): the driver starts N `sh -c 'while :; do :; done'`
+// processes beside the runs of that load, so that the chain competes for
+// the CPU as on a busy machine, and kills them when those runs are over.
 
 #ifndef RPCGUARD_BENCH_CHAIN_COMMON_H_
 #define RPCGUARD_BENCH_CHAIN_COMMON_H_
@@ -87,22 +95,61 @@ absl::StatusOr<Client> ParseClient(absl::string_view name);
 // are refused.
 bool HaveFleet();
 
-// The faults at the store, each in a window in the middle of the run.
+// The faults at the store. The first five start at a quarter of the run,
+// after healthy traffic (kSplit's at a sixth); the overloads marked "cold" are
+// on from the first request (T0) to the end of the run, with no healthy history
+// anywhere: no warm-up call is made, every tier's channel is connected but has
+// carried nothing.
 enum class Scenario {
-  kOutage,      // every call fails UNAVAILABLE (the store answers; its
-                // listener stays up, so that every attempt is counted)
-  kFail60,      // 60% of calls fail UNAVAILABLE, drawn at random
-  kOverload2x,  // the store's capacity drops to half the offered load
-  kOverload4x,  // ... to a quarter
-  kBlip,        // 1 s of UNAVAILABLE (0.5 s with --quick)
+  kOutage,          // every call fails UNAVAILABLE (the store answers; its
+                    // listener stays up, so that every attempt is counted)
+  kFail60,          // 60% of calls fail UNAVAILABLE, drawn at random
+  kOverload2x,      // the store's capacity drops to half the offered load
+  kOverload4x,      // ... to a quarter
+  kBlip,            // 1 s of UNAVAILABLE (0.5 s with --quick)
+  kOverload2xCold,  // half the offered load, from T0 to the end (cold)
+  kOverload4xCold,  // a quarter, from T0 to the end (cold)
+  kSustained2x,     // half, from T0, for a run of kSustainedDuration (cold)
+  // Two methods: Get goes down the chain to the store, Put is answered by B
+  // (the middle above the store) on its own. The store is down from a sixth
+  // to half of the run (12 s: 2 s to 6 s), long enough for B's breaker on
+  // it to open, then overloaded 2x (of the Get load) to three quarters
+  // (9 s).
+  kSplit,
 };
 
 inline constexpr Scenario kAllScenarios[] = {
-    Scenario::kOutage, Scenario::kFail60, Scenario::kOverload2x,
-    Scenario::kOverload4x, Scenario::kBlip};
+    Scenario::kOutage,         Scenario::kFail60,
+    Scenario::kOverload2x,     Scenario::kOverload4x,
+    Scenario::kBlip,           Scenario::kOverload2xCold,
+    Scenario::kOverload4xCold, Scenario::kSustained2x,
+    Scenario::kSplit};
 
+// "outage", "fail60", "overload2x", "overload4x", "blip", "overload2x_cold",
+// "overload4x_cold", "sustained2x", "split".
 absl::string_view ScenarioName(Scenario scenario);
 absl::StatusOr<Scenario> ParseScenario(absl::string_view name);
+
+// The length of kSustained2x's run, whatever --duration says: a sustained
+// overload is one that outlasts every short window (the breaker's 10 s, the
+// burst rule's 1 s).
+inline constexpr absl::Duration kSustainedDuration = absl::Seconds(30);
+
+// The run's length for `scenario`: kSustainedDuration for kSustained2x,
+// else `duration`.
+absl::Duration ScenarioDuration(Scenario scenario, absl::Duration duration);
+
+// Whether the scenario starts cold: no warm-up call before T0 (the
+// generator's and every tier's channel is connected, nothing more).
+bool IsCold(Scenario scenario);
+
+// Whether the generator also calls Put, the method the store has no part in
+// (kSplit): every other request (even indices) sends a Put beside its Get.
+bool HasIndependentMethod(Scenario scenario);
+
+// The store's concurrency limit while overloaded: it serves this many calls
+// at once (each for max_concurrent / capacity) and rejects the rest at once.
+inline constexpr int kStoreConcurrency = 4;
 
 // Every series is counted in buckets of this length from T0.
 inline constexpr absl::Duration kBucket = absl::Milliseconds(100);
@@ -111,24 +158,45 @@ inline constexpr int kBucketsPerSecond = 10;
 // When and how the store misbehaves, relative to T0.
 struct FaultPlan {
   Scenario scenario = Scenario::kOutage;
+  // The fault's window, for the figures ("over the fault", recovery after
+  // its end).
   absl::Duration start;
   absl::Duration end;
-  // UNAVAILABLE for this share (0-100) of calls inside the window.
+  // The fault lasts to the end of the run (and past it, for the last
+  // calls' retries): there is no recovery to measure.
+  bool to_the_end = false;
+  // UNAVAILABLE for this share (0-100) of calls in [start, fail_end).
   int fail_percent = 0;
-  // Overload: inside the window the store serves at most `max_concurrent`
-  // calls at once, each for `service_time`, and rejects the rest with
-  // RESOURCE_EXHAUSTED (capacity = max_concurrent / service_time). Zero:
-  // no limit. Outside the window every call is answered at once.
+  absl::Duration fail_end;
+  // Overload: in [overload_start, end) (to the end: from overload_start on)
+  // the store serves at most `max_concurrent` calls at once, each for
+  // `service_time`, and rejects the rest with RESOURCE_EXHAUSTED (capacity
+  // = max_concurrent / service_time). Zero: no limit. Outside the window
+  // every call is answered at once.
   int max_concurrent = 0;
   absl::Duration service_time;
+  absl::Duration overload_start;
+
+  // Whether a call arriving `since` T0 fails UNAVAILABLE (before the draw
+  // of fail_percent), and whether it meets the concurrency limit.
+  bool Failing(absl::Duration since) const {
+    return fail_percent > 0 && since >= start && since < fail_end;
+  }
+  bool Limited(absl::Duration since) const {
+    return max_concurrent > 0 && since >= overload_start &&
+           (to_the_end || since < end);
+  }
 };
 
-// The plan of `scenario` for a run of `duration` at `rate` requests a
-// second: the window starts at a quarter of the run and lasts a third of
-// it (12 s: 3 s to 7 s), so that the run goes on for longer after the fault
-// than before it, to see recovery; the blip lasts `blip` from the same
-// start. Overload's capacity is rate / 2 or rate / 4, two
-// calls at once, each for 2 / capacity.
+// The plan of `scenario` for a run of `duration` (ScenarioDuration's) at
+// `rate` requests a second (Get requests, for kSplit). The warm faults'
+// window starts at a quarter of the run and lasts a third of it (12 s: 3 s
+// to 7 s), so that the run goes on for longer after the fault than before
+// it, to see recovery; the blip lasts `blip` from the same start. The cold
+// overloads last from T0 to the end. kSplit: down from a sixth to half of
+// the run, overloaded 2x from half to three quarters. Overload's capacity
+// is rate / 2 or rate / 4, kStoreConcurrency calls at once, each for
+// kStoreConcurrency / capacity.
 FaultPlan MakeFaultPlan(Scenario scenario, absl::Duration duration, double rate,
                         absl::Duration blip);
 

@@ -153,6 +153,52 @@ class Child {
   std::string buffer_;
 };
 
+// N busy-loop processes (`sh -c 'while :; do :; done'`), for a machine as
+// loaded as a busy one: started by the constructor, SIGKILLed by the
+// destructor (and by the kernel when the driver dies: PR_SET_PDEATHSIG).
+// The shell runs the loop itself, so its pid is the whole of it.
+class BusyLoops {
+ public:
+  explicit BusyLoops(int n) {
+    const pid_t parent = getpid();
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      if (pid < 0) {
+        std::fprintf(stderr, "chain: fork (busy loop): %s\n", strerror(errno));
+        continue;
+      }
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        execl("/bin/sh", "sh", "-c", "while :; do :; done",
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~BusyLoops() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) {
+      int status;
+      waitpid(pid, &status, 0);
+    }
+  }
+  BusyLoops(const BusyLoops&) = delete;
+  BusyLoops& operator=(const BusyLoops&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// The 1-minute load average (/proc/loadavg), or NaN.
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double one;
+  if (in >> one) return one;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // The numbers of `"key": N` in the generator's JSON (it writes no nesting
 // but arrays of numbers).
 std::optional<double> Number(absl::string_view json, absl::string_view key) {
@@ -205,6 +251,15 @@ struct Figures {
   double p99_ms = 0;
   double ok_p99_ms = 0;
   double recovery_s = 0;
+  // Breaker openings of the generator's, A's and B's clients (rpcguard's;
+  // 0 for the others).
+  double breakers_generator = 0;
+  double breakers_a = 0;
+  double breakers_b = 0;
+  // The independent method's success ratio (kSplit; NaN elsewhere).
+  double independent_success = std::numeric_limits<double>::quiet_NaN();
+  // The 1-minute load average when the run started.
+  double loadavg = 0;
 };
 
 // The scalar figures in one place, for the medians, the JSON and the table.
@@ -223,11 +278,18 @@ constexpr FigureField kFigureFields[] = {
     {"p99_ms", &Figures::p99_ms},
     {"ok_p99_ms", &Figures::ok_p99_ms},
     {"recovery_s", &Figures::recovery_s},
+    {"breaker_openings_generator", &Figures::breakers_generator},
+    {"breaker_openings_a", &Figures::breakers_a},
+    {"breaker_openings_b", &Figures::breakers_b},
+    {"independent_success_ratio", &Figures::independent_success},
+    {"loadavg_1m", &Figures::loadavg},
 };
 
 // Per-bucket series, all the same length.
 struct Series {
   std::vector<double> sent, ok, failed, a, b, c;
+  // The independent method's (kSplit; empty elsewhere).
+  std::vector<double> independent_ok, independent_failed;
 };
 
 struct Run {
@@ -264,6 +326,7 @@ Figures Compute(const Series& s, const FaultPlan& plan, double requests,
   f.goodput = ok / duration_s;
   f.success = requests > 0 ? ok / requests : 0;
   f.recovery_s = std::numeric_limits<double>::quiet_NaN();
+  if (plan.to_the_end) return f;  // nothing to recover from within the run
   // The window is cut short by the run's end, down to half a second: a
   // recovery late in the run is still seen, a 100-ms bucket alone is too
   // noisy to say.
@@ -278,30 +341,50 @@ Figures Compute(const Series& s, const FaultPlan& plan, double requests,
   return f;
 }
 
+// "NAME N" from `child`, within 10 s.
+absl::StatusOr<double> ReadNamedNumber(Child* child, absl::string_view name,
+                                       absl::string_view who) {
+  absl::StatusOr<std::string> line = child->ReadLine(absl::Seconds(10));
+  if (!line.ok()) return line.status();
+  absl::string_view value = *line;
+  double v;
+  if (!absl::ConsumePrefix(&value, name) || !absl::ConsumePrefix(&value, " ") ||
+      !absl::SimpleAtod(value, &v)) {
+    return absl::InternalError(absl::StrCat(who, " said \"", *line, "\""));
+  }
+  return v;
+}
+
 // One run of `client` in `scenario`.
 absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
                             Client client) {
-  const std::string duration_ms = absl::StrCat(
-      "--duration_ms=", absl::ToInt64Milliseconds(options.duration));
+  const absl::Duration duration = ScenarioDuration(scenario, options.duration);
+  const std::string duration_ms =
+      absl::StrCat("--duration_ms=", absl::ToInt64Milliseconds(duration));
   const std::string rate = absl::StrCat("--rate=", options.rate);
   const std::string client_flag = absl::StrCat("--client=", ClientName(client));
+  const std::string scenario_flag =
+      absl::StrCat("--scenario=", ScenarioName(scenario));
+  const double loadavg = LoadAverage();
 
   absl::StatusOr<std::unique_ptr<Child>> store = Child::Spawn(
       "store",
-      {"--role=store", absl::StrCat("--scenario=", ScenarioName(scenario)),
-       rate, duration_ms,
+      {"--role=store", scenario_flag, rate, duration_ms,
        absl::StrCat("--blip_ms=", absl::ToInt64Milliseconds(options.blip))});
   if (!store.ok()) return store.status();
   absl::StatusOr<std::string> target = (*store)->Address();
   if (!target.ok()) return target.status();
 
-  // B then A, each calling the tier below; none for the single tier.
+  // B then A, each calling the tier below; none for the single tier. B
+  // answers the independent method itself.
   std::vector<std::unique_ptr<Child>> tiers;
   if (client != Client::kSingleTier) {
     for (const char* name : {"B", "A"}) {
-      absl::StatusOr<std::unique_ptr<Child>> tier =
-          Child::Spawn(name, {"--role=tier", absl::StrCat("--target=", *target),
-                              client_flag, duration_ms});
+      std::vector<std::string> args = {"--role=tier",
+                                       absl::StrCat("--target=", *target),
+                                       client_flag, duration_ms};
+      if (std::string(name) == "B") args.push_back("--answers_put");
+      absl::StatusOr<std::unique_ptr<Child>> tier = Child::Spawn(name, args);
       if (!tier.ok()) return tier.status();
       target = (*tier)->Address();
       if (!target.ok()) return target.status();
@@ -310,7 +393,7 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
   }
   absl::StatusOr<std::unique_ptr<Child>> generator = Child::Spawn(
       "generator", {"--role=generator", absl::StrCat("--target=", *target),
-                    client_flag, rate, duration_ms,
+                    client_flag, scenario_flag, rate, duration_ms,
                     absl::StrCat("--deadline_ms=",
                                  absl::ToInt64Milliseconds(options.deadline))});
   if (!generator.ok()) return generator.status();
@@ -331,8 +414,7 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
   if (absl::Status s = (*generator)->WriteLine(start); !s.ok()) return s;
 
   absl::StatusOr<std::string> result =
-      (*generator)
-          ->ReadLine(options.duration + options.deadline + absl::Seconds(60));
+      (*generator)->ReadLine(duration + options.deadline + absl::Seconds(60));
   if (!result.ok()) return result.status();
   absl::string_view json = *result;
   if (!absl::ConsumePrefix(&json, "result ")) {
@@ -341,24 +423,27 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
   }
   std::vector<std::vector<double>> counts;
   double max_per_request = 0;
+  std::vector<double> tier_openings;  // B's, then A's
   for (Child* child : servers) {
     if (absl::Status s = child->WriteLine("stop"); !s.ok()) return s;
     absl::StatusOr<std::string> line = child->ReadLine(absl::Seconds(10));
     if (!line.ok()) return line.status();
     counts.push_back(ParseCounts(*line));
-    if (child == servers.front()) {  // the store
-      absl::StatusOr<std::string> max = child->ReadLine(absl::Seconds(10));
+    if (child == servers.front()) {
+      absl::StatusOr<double> max =
+          ReadNamedNumber(child, "max_per_request", "store");
       if (!max.ok()) return max.status();
-      absl::string_view value = *max;
-      if (!absl::ConsumePrefix(&value, "max_per_request ") ||
-          !absl::SimpleAtod(value, &max_per_request)) {
-        return absl::InternalError(absl::StrCat("store said \"", *max, "\""));
-      }
+      max_per_request = *max;
+    } else {
+      absl::StatusOr<double> openings =
+          ReadNamedNumber(child, "breaker_openings", "tier");
+      if (!openings.ok()) return openings.status();
+      tier_openings.push_back(*openings);
     }
   }
 
   // The series up to 2 s past the run (the last calls' retries).
-  const double duration_s = absl::ToDoubleSeconds(options.duration);
+  const double duration_s = absl::ToDoubleSeconds(duration);
   const size_t length =
       static_cast<size_t>(std::lround((duration_s + 2) * kBucketsPerSecond));
   auto cut = [length](std::vector<double> v) {
@@ -382,13 +467,28 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
     run.series.a = cut(counts[2]);
   }
   const FaultPlan plan =
-      MakeFaultPlan(scenario, options.duration, options.rate, options.blip);
+      MakeFaultPlan(scenario, duration, options.rate, options.blip);
   run.figures = Compute(run.series, plan, Number(json, "requests").value_or(0),
                         Number(json, "ok").value_or(0), duration_s);
   run.figures.p50_ms = Number(json, "p50_ms").value_or(0);
   run.figures.p99_ms = Number(json, "p99_ms").value_or(0);
   run.figures.ok_p99_ms = Number(json, "ok_p99_ms").value_or(0);
   run.figures.c_max_per_request = max_per_request;
+  run.figures.breakers_generator = Number(json, "breaker_openings").value_or(0);
+  if (tier_openings.size() == 2) {
+    run.figures.breakers_b = tier_openings[0];
+    run.figures.breakers_a = tier_openings[1];
+  }
+  if (HasIndependentMethod(scenario)) {
+    const double requests = Number(json, "independent_requests").value_or(0);
+    run.figures.independent_success =
+        requests > 0 ? Number(json, "independent_ok").value_or(0) / requests
+                     : 0;
+    run.series.independent_ok = cut(Array(json, "independent_ok_by_end"));
+    run.series.independent_failed =
+        cut(Array(json, "independent_failed_by_end"));
+  }
+  run.figures.loadavg = loadavg;
   return run;
 }
 
@@ -420,6 +520,8 @@ std::vector<double> MedianSeries(const std::vector<Run>& runs,
 struct Cell {
   Scenario scenario;
   Client client;
+  int load;  // busy loops beside the runs
+  absl::Duration duration;
   FaultPlan plan;
   std::vector<Run> runs;
   Figures median;
@@ -458,11 +560,16 @@ std::string SeriesJson(const Series& s, bool per_second) {
     t[i] = per_second ? static_cast<double>(i)
                       : static_cast<double>(i) / kBucketsPerSecond;
   }
-  return absl::StrCat("{\"t_s\": ", JsonArray(t), ", \"sent\": ", f(s.sent),
-                      ", \"ok\": ", f(s.ok), ", \"failed\": ", f(s.failed),
-                      ", \"attempts_a\": ", f(s.a),
-                      ", \"attempts_b\": ", f(s.b),
-                      ", \"attempts_c\": ", f(s.c), "}");
+  std::string out =
+      absl::StrCat("{\"t_s\": ", JsonArray(t), ", \"sent\": ", f(s.sent),
+                   ", \"ok\": ", f(s.ok), ", \"failed\": ", f(s.failed),
+                   ", \"attempts_a\": ", f(s.a), ", \"attempts_b\": ", f(s.b),
+                   ", \"attempts_c\": ", f(s.c));
+  if (!s.independent_ok.empty()) {
+    absl::StrAppend(&out, ", \"independent_ok\": ", f(s.independent_ok),
+                    ", \"independent_failed\": ", f(s.independent_failed));
+  }
+  return out + "}";
 }
 
 std::string FiguresJson(const Figures& figures) {
@@ -481,7 +588,9 @@ std::string ReportJson(const DriverOptions& options,
       ",\n  \"duration_s\": ", absl::ToDoubleSeconds(options.duration),
       ",\n  \"deadline_ms\": ", absl::ToInt64Milliseconds(options.deadline),
       ",\n  \"runs\": ", options.runs,
-      ",\n  \"quick\": ", options.quick ? "true" : "false",
+      ",\n  \"quick\": ", options.quick ? "true" : "false", ",\n  \"loads\": [",
+      absl::StrJoin(options.loads, ", "), "]",
+      ",\n  \"store_concurrency\": ", kStoreConcurrency,
       ",\n  \"max_attempts_per_hop\": 3", ",\n  \"recovery_threshold\": 0.95",
       ",\n  \"cells\": [");
   for (size_t i = 0; i < cells.size(); ++i) {
@@ -489,8 +598,10 @@ std::string ReportJson(const DriverOptions& options,
     absl::StrAppend(
         &out, i == 0 ? "\n" : ",\n", "    {\"scenario\": \"",
         ScenarioName(cell.scenario), "\", \"client\": \"",
-        ClientName(cell.client),
-        "\", \"fault_start_s\": ", absl::ToDoubleSeconds(cell.plan.start),
+        ClientName(cell.client), "\", \"load\": ", cell.load,
+        ", \"duration_s\": ", absl::ToDoubleSeconds(cell.duration),
+        ", \"cold\": ", IsCold(cell.scenario) ? "true" : "false",
+        ", \"fault_start_s\": ", absl::ToDoubleSeconds(cell.plan.start),
         ", \"fault_end_s\": ", absl::ToDoubleSeconds(cell.plan.end),
         ", \"offered_per_s\": ", options.rate, ", ", FiguresJson(cell.median),
         ",\n     \"series\": ", SeriesJson(cell.series, true),
@@ -506,65 +617,115 @@ std::string ReportJson(const DriverOptions& options,
   return out;
 }
 
-// The largest value of `field` over a cell's runs.
+// The largest and the smallest value of `field` over a cell's runs.
 double WorstRun(const Cell& cell, double Figures::*field) {
   double worst = 0;
   for (const Run& run : cell.runs) worst = std::max(worst, run.figures.*field);
   return worst;
 }
+double LowestRun(const Cell& cell, double Figures::*field) {
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const Run& run : cell.runs) {
+    lowest = std::min(lowest, run.figures.*field);
+  }
+  return lowest;
+}
+
+// The scenario as the tables name it: with its busy loops, if any.
+std::string CellName(const Cell& cell) {
+  std::string name(ScenarioName(cell.scenario));
+  if (cell.load > 0) {
+    absl::StrAppend(&name, ", ", cell.load,
+                    cell.load == 1 ? " loop" : " loops");
+  }
+  return name;
+}
 
 void PrintTable(const DriverOptions& options, const std::vector<Cell>& cells) {
   std::printf(
-      "\nchain: generator -> A -> B -> C, %.0f req/s for %.0f s, deadline "
-      "%lld ms, median of %d run(s) (\"most for one req\": the median of "
-      "the runs' maxima, and in brackets the largest of any run)\n\n",
+      "\nchain: generator -> A -> B -> C, %.0f req/s for %.0f s (sustained2x: "
+      "%.0f s), deadline %lld ms, median of %d run(s) (\"most for one req\": "
+      "the median of the runs' maxima, and in brackets the largest of any "
+      "run; success: in brackets the lowest run; breakers opened: the "
+      "generator's, A's and B's clients, medians, in brackets the most in "
+      "any run)\n\n",
       options.rate, absl::ToDoubleSeconds(options.duration),
+      absl::ToDoubleSeconds(kSustainedDuration),
       static_cast<long long>(absl::ToInt64Milliseconds(options.deadline)),
       options.runs);
   std::printf(
       "| scenario | client | C att/req | C att/req (fault) | C att/req "
       "(worst 1 s) | C att, most for one req | goodput/s | success | p50 ms "
-      "| p99 ms | recovery s |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      "| p99 ms | recovery s | breakers opened gen/A/B |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Cell& cell : cells) {
     const Figures& f = cell.median;
-    const std::string recovery = std::isnan(f.recovery_s)
+    const std::string recovery = cell.plan.to_the_end ? "-"
+                                 : std::isnan(f.recovery_s)
                                      ? "never"
                                      : absl::StrFormat("%.1f", f.recovery_s);
     std::printf(
-        "| %s | %s | %.2f | %.2f | %.2f | %.0f (%.0f) | %.1f | %.1f%% | %.1f "
-        "| %.1f | %s |\n",
-        std::string(ScenarioName(cell.scenario)).c_str(),
-        std::string(ClientName(cell.client)).c_str(), f.c_per_request,
-        f.c_per_request_fault, f.c_worst_1s, f.c_max_per_request,
-        WorstRun(cell, &Figures::c_max_per_request), f.goodput, 100 * f.success,
-        f.p50_ms, f.p99_ms, recovery.c_str());
+        "| %s | %s | %.2f | %.2f | %.2f | %.0f (%.0f) | %.1f | %.1f%% "
+        "(%.1f%%) | %.1f | %.1f | %s | %.0f/%.0f/%.0f (%.0f/%.0f/%.0f) |\n",
+        CellName(cell).c_str(), std::string(ClientName(cell.client)).c_str(),
+        f.c_per_request, f.c_per_request_fault, f.c_worst_1s,
+        f.c_max_per_request, WorstRun(cell, &Figures::c_max_per_request),
+        f.goodput, 100 * f.success, 100 * LowestRun(cell, &Figures::success),
+        f.p50_ms, f.p99_ms, recovery.c_str(), f.breakers_generator,
+        f.breakers_a, f.breakers_b,
+        WorstRun(cell, &Figures::breakers_generator),
+        WorstRun(cell, &Figures::breakers_a),
+        WorstRun(cell, &Figures::breakers_b));
+  }
+  // The independent method's own table.
+  bool any = false;
+  for (const Cell& cell : cells) {
+    if (!HasIndependentMethod(cell.scenario)) continue;
+    if (!any) {
+      std::printf(
+          "\nThe independent method (Put, answered by B; the store down then "
+          "overloaded for Get): success, median (lowest run)\n\n"
+          "| scenario | client | Put success | Get success | breakers "
+          "opened gen/A/B |\n|---|---|---:|---:|---:|\n");
+      any = true;
+    }
+    const Figures& f = cell.median;
+    std::printf(
+        "| %s | %s | %.1f%% (%.1f%%) | %.1f%% (%.1f%%) | %.0f/%.0f/%.0f "
+        "(%.0f/%.0f/%.0f) |\n",
+        CellName(cell).c_str(), std::string(ClientName(cell.client)).c_str(),
+        100 * f.independent_success,
+        100 * LowestRun(cell, &Figures::independent_success), 100 * f.success,
+        100 * LowestRun(cell, &Figures::success), f.breakers_generator,
+        f.breakers_a, f.breakers_b,
+        WorstRun(cell, &Figures::breakers_generator),
+        WorstRun(cell, &Figures::breakers_a),
+        WorstRun(cell, &Figures::breakers_b));
   }
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int RunDriver(const DriverOptions& options) {
-  // A run whose children die must not kill the driver by SIGPIPE.
-  signal(SIGPIPE, SIG_IGN);
-  std::vector<Cell> cells;
+// Runs every scenario and client at the current load.
+int RunLevel(const DriverOptions& options, int load, std::vector<Cell>& cells) {
   int failures = 0;
   for (Scenario scenario : options.scenarios) {
+    const absl::Duration duration =
+        ScenarioDuration(scenario, options.duration);
     for (Client client : options.clients) {
-      Cell cell{
-          scenario,
-          client,
-          MakeFaultPlan(scenario, options.duration, options.rate, options.blip),
-          {},
-          {},
-          {}};
+      Cell cell{scenario,
+                client,
+                load,
+                duration,
+                MakeFaultPlan(scenario, duration, options.rate, options.blip),
+                {},
+                {},
+                {}};
       for (int r = 0; r < options.runs; ++r) {
         const absl::Time begin = absl::Now();
         absl::StatusOr<Run> run = RunOnce(options, scenario, client);
         if (!run.ok()) {
           std::fprintf(stderr, "chain: %s/%s run %d failed: %s\n",
-                       std::string(ScenarioName(scenario)).c_str(),
+                       CellName(cell).c_str(),
                        std::string(ClientName(client)).c_str(), r + 1,
                        run.status().ToString().c_str());
           ++failures;
@@ -573,11 +734,12 @@ int RunDriver(const DriverOptions& options) {
         std::fprintf(
             stderr,
             "chain: %s/%s run %d: C att/req %.2f, success %.1f%%, recovery "
-            "%s s (%.1f s)\n",
-            std::string(ScenarioName(scenario)).c_str(),
-            std::string(ClientName(client)).c_str(), r + 1,
-            run->figures.c_per_request, 100 * run->figures.success,
+            "%s s, breakers %.0f/%.0f/%.0f, load %.2f (%.1f s)\n",
+            CellName(cell).c_str(), std::string(ClientName(client)).c_str(),
+            r + 1, run->figures.c_per_request, 100 * run->figures.success,
             Json(run->figures.recovery_s).c_str(),
+            run->figures.breakers_generator, run->figures.breakers_a,
+            run->figures.breakers_b, run->figures.loadavg,
             absl::ToDoubleSeconds(absl::Now() - begin));
         cell.runs.push_back(*std::move(run));
       }
@@ -588,12 +750,27 @@ int RunDriver(const DriverOptions& options) {
           values.push_back(run.figures.*field.field);
         cell.median.*field.field = Median(values);
       }
-      for (auto field : {&Series::sent, &Series::ok, &Series::failed,
-                         &Series::a, &Series::b, &Series::c}) {
+      for (auto field :
+           {&Series::sent, &Series::ok, &Series::failed, &Series::a, &Series::b,
+            &Series::c, &Series::independent_ok, &Series::independent_failed}) {
         cell.series.*field = MedianSeries(cell.runs, field);
       }
       cells.push_back(std::move(cell));
     }
+  }
+  return failures;
+}
+
+}  // namespace
+
+int RunDriver(const DriverOptions& options) {
+  // A run whose children die must not kill the driver by SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
+  std::vector<Cell> cells;
+  int failures = 0;
+  for (int load : options.loads) {
+    BusyLoops loops(load);
+    failures += RunLevel(options, load, cells);
   }
   PrintTable(options, cells);
   if (!options.json_path.empty()) {

@@ -10,8 +10,12 @@
 // (from the fault's end until the start of the first 1-s window whose
 // goodput, successes by end time, is back to 95% of the load offered in
 // it; the window is cut short at the run's end, down to 0.5 s; none
-// within the run: null in JSON, "never" in the table), as a markdown table
-// on stdout and, with a path, as JSON with the per-second series.
+// within the run: null in JSON, "never" in the table; a fault that lasts
+// to the end has none to measure: null, "-"), the breaker openings of the
+// generator's, A's and B's clients, and with an independent method (kSplit)
+// its success, as markdown tables on stdout and, with a path, as JSON with
+// the per-second series and every run's figures (with the 1-minute load
+// average when it started).
 
 #ifndef RPCGUARD_BENCH_CHAIN_DRIVER_H_
 #define RPCGUARD_BENCH_CHAIN_DRIVER_H_
@@ -29,6 +33,10 @@ namespace chain {
 struct DriverOptions {
   std::vector<Scenario> scenarios;
   std::vector<Client> clients;
+  // Busy loops beside the runs (chain_common.h): the matrix runs once at
+  // each of these levels, the loops started before a level's first run and
+  // killed after its last.
+  std::vector<int> loads = {0};
   double rate = 200;
   absl::Duration duration = absl::Seconds(12);
   absl::Duration deadline = absl::Seconds(1);

@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "bench/chain_client.h"
+#include "bench/clients.h"
 #include "proto/rpcguard/testing/v1/fault.pb.h"
 
 namespace rpcguard {
@@ -46,8 +47,15 @@ double Quantile(std::vector<absl::Duration> v, double q) {
 }  // namespace
 
 int RunGenerator(const GeneratorOptions& options) {
+  absl::StatusOr<std::shared_ptr<RpcguardState>> state =
+      RpcguardState::Create();
+  if (!state.ok()) {
+    std::fprintf(stderr, "chain: generator state: %s\n",
+                 state.status().ToString().c_str());
+    return 1;
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      MakeChannel(options.client, options.target);
+      MakeChannel(options.client, options.target, *state);
   if (!channel.ok()) {
     std::fprintf(stderr, "chain: generator channel: %s\n",
                  channel.status().ToString().c_str());
@@ -63,13 +71,15 @@ int RunGenerator(const GeneratorOptions& options) {
   FaultRequest request;
   request.set_op_id("warm-up");
 
-  // Warm-up: every hop's connection up before T0 (the servers do not count
-  // these attempts).
-  for (int i = 0; i < 10; ++i) {
+  // Warm-up: every hop has carried calls before T0 (the servers do not
+  // count these attempts). A cold scenario starts without: its channels are
+  // connected (the tiers wait for theirs) and have carried nothing.
+  const int warm_up = IsCold(options.scenario) ? 0 : 10;
+  for (int i = 0; i < warm_up; ++i) {
     FaultReply reply;
     absl::Notification done;
     caller.Call(
-        &request, &reply,
+        Method::kGet, &request, &reply,
         [] {
           auto context = std::make_unique<grpc::ClientContext>();
           context->set_deadline(
@@ -90,64 +100,103 @@ int RunGenerator(const GeneratorOptions& options) {
 
   const int n =
       static_cast<int>(options.rate * absl::ToDoubleSeconds(options.duration));
-  std::vector<Outcome> outcomes(n);
-  std::vector<FaultReply> replies(n);
+  // Put rides beside every other Get (kSplit): index i / 2 is request 2i's.
+  const bool independent = HasIndependentMethod(options.scenario);
+  const int puts = independent ? (n + 1) / 2 : 0;
+  std::vector<Outcome> outcomes(n), put_outcomes(puts);
+  std::vector<FaultReply> replies(n), put_replies(puts);
   // Each request names itself, for the store's per-request counts.
-  std::vector<FaultRequest> requests(n);
+  std::vector<FaultRequest> requests(n), put_requests(puts);
   for (int i = 0; i < n; ++i) requests[i].set_op_id(absl::StrCat("r", i));
-  absl::BlockingCounter pending(n);
+  for (int i = 0; i < puts; ++i) {
+    put_requests[i].set_op_id(absl::StrCat("p", 2 * i));
+  }
+  absl::BlockingCounter pending(n + puts);
   for (int i = 0; i < n; ++i) {
     const absl::Time due = *t0 + absl::Seconds(i / options.rate);
     const absl::Time now = absl::Now();
     if (now < due) absl::SleepFor(due - now);
     const absl::Time deadline = absl::Now() + options.deadline;
     const absl::Time start = *t0;
-    caller.Call(
-        &requests[i], &replies[i],
-        [deadline] {
-          auto context = std::make_unique<grpc::ClientContext>();
-          context->set_deadline(absl::ToChronoTime(deadline));
-          return context;
-        },
-        [&outcomes, &pending, i, due, start](grpc::Status status) {
-          const absl::Time end = absl::Now();
-          outcomes[i] = {end - start, end - due,
-                         static_cast<int>(status.error_code())};
-          pending.DecrementCount();
-        });
+    auto make_context = [deadline] {
+      auto context = std::make_unique<grpc::ClientContext>();
+      context->set_deadline(absl::ToChronoTime(deadline));
+      return context;
+    };
+    auto record = [&pending, due, start](Outcome* outcome) {
+      return [&pending, due, start, outcome](grpc::Status status) {
+        const absl::Time end = absl::Now();
+        *outcome = {end - start, end - due,
+                    static_cast<int>(status.error_code())};
+        pending.DecrementCount();
+      };
+    };
+    caller.Call(Method::kGet, &requests[i], &replies[i], make_context,
+                record(&outcomes[i]));
+    if (independent && i % 2 == 0) {
+      caller.Call(Method::kPut, &put_requests[i / 2], &put_replies[i / 2],
+                  make_context, record(&put_outcomes[i / 2]));
+    }
   }
   pending.Wait();
 
   const int buckets = BucketsFor(options.duration);
-  std::vector<int64_t> sent(buckets), ok(buckets), failed(buckets);
-  std::array<int64_t, 17> codes = {};
-  std::vector<absl::Duration> latency, ok_latency;
-  latency.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    const Outcome& o = outcomes[i];
-    const int64_t due_bucket = std::min<int64_t>(
-        buckets - 1, absl::Seconds(i / options.rate) / kBucket);
-    ++sent[due_bucket];
-    const int64_t end_bucket = std::min<int64_t>(buckets - 1, o.end / kBucket);
-    if (o.code == 0) {
-      ++ok[end_bucket];
-      ok_latency.push_back(o.latency);
-    } else {
-      ++failed[end_bucket];
+  // Per bucket: requests by due time, ok and failed by end time.
+  struct Counts {
+    std::vector<int64_t> sent, ok, failed;
+    std::array<int64_t, 17> codes = {};
+    std::vector<absl::Duration> latency, ok_latency;
+    int64_t ok_total = 0;
+  };
+  auto count = [&](const std::vector<Outcome>& of, int stride) {
+    Counts c;
+    c.sent.assign(buckets, 0);
+    c.ok.assign(buckets, 0);
+    c.failed.assign(buckets, 0);
+    c.latency.reserve(of.size());
+    for (size_t k = 0; k < of.size(); ++k) {
+      const Outcome& o = of[k];
+      const int64_t due_bucket = std::min<int64_t>(
+          buckets - 1,
+          absl::Seconds(static_cast<double>(k * stride) / options.rate) /
+              kBucket);
+      ++c.sent[due_bucket];
+      const int64_t end_bucket =
+          std::min<int64_t>(buckets - 1, o.end / kBucket);
+      if (o.code == 0) {
+        ++c.ok[end_bucket];
+        ++c.ok_total;
+        c.ok_latency.push_back(o.latency);
+      } else {
+        ++c.failed[end_bucket];
+      }
+      if (o.code >= 0 && o.code < 17) ++c.codes[o.code];
+      c.latency.push_back(o.latency);
     }
-    if (o.code >= 0 && o.code < 17) ++codes[o.code];
-    latency.push_back(o.latency);
-  }
-  int64_t ok_total = 0;
-  for (int64_t c : ok) ok_total += c;
+    return c;
+  };
+  const Counts get = count(outcomes, 1);
   std::string json = absl::StrCat(
-      "{\"requests\": ", n, ", \"ok\": ", ok_total, ", \"codes\": [",
-      absl::StrJoin(codes, ", "), "], \"p50_ms\": ", Quantile(latency, 0.5),
-      ", \"p99_ms\": ", Quantile(latency, 0.99),
-      ", \"ok_p50_ms\": ", Quantile(ok_latency, 0.5),
-      ", \"ok_p99_ms\": ", Quantile(ok_latency, 0.99), ", \"sent\": [",
-      absl::StrJoin(sent, ", "), "], \"ok_by_end\": [", absl::StrJoin(ok, ", "),
-      "], \"failed_by_end\": [", absl::StrJoin(failed, ", "), "]}");
+      "{\"requests\": ", n, ", \"ok\": ", get.ok_total, ", \"codes\": [",
+      absl::StrJoin(get.codes, ", "),
+      "], \"p50_ms\": ", Quantile(get.latency, 0.5),
+      ", \"p99_ms\": ", Quantile(get.latency, 0.99),
+      ", \"ok_p50_ms\": ", Quantile(get.ok_latency, 0.5),
+      ", \"ok_p99_ms\": ", Quantile(get.ok_latency, 0.99),
+      ", \"breaker_openings\": ", (*state)->breaker_openings(), ", \"sent\": [",
+      absl::StrJoin(get.sent, ", "), "], \"ok_by_end\": [",
+      absl::StrJoin(get.ok, ", "), "], \"failed_by_end\": [",
+      absl::StrJoin(get.failed, ", "), "]");
+  if (independent) {
+    const Counts put = count(put_outcomes, 2);
+    absl::StrAppend(
+        &json, ", \"independent_requests\": ", puts,
+        ", \"independent_ok\": ", put.ok_total, ", \"independent_codes\": [",
+        absl::StrJoin(put.codes, ", "), "], \"independent_ok_by_end\": [",
+        absl::StrJoin(put.ok, ", "), "], \"independent_failed_by_end\": [",
+        absl::StrJoin(put.failed, ", "), "]");
+  }
+  json += "}";
   WriteStdoutLine(absl::StrCat("result ", json));
   // See chain_servers.h: nothing to tear down.
   _exit(0);

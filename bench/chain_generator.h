@@ -22,15 +22,22 @@ namespace chain {
 struct GeneratorOptions {
   std::string target;  // A, or C for kSingleTier
   Client client = Client::kNone;
-  double rate = 200;  // requests a second
+  Scenario scenario = Scenario::kOutage;
+  double rate = 200;  // Get requests a second
   absl::Duration duration = absl::Seconds(12);
   absl::Duration deadline = absl::Seconds(1);  // each request's
 };
 
-// Connects, says "ready", waits for "start T0", runs the load, then writes
-// "result {JSON}" on stdout: requests, ok, codes, p50/p99 latency (ms, every
-// request and the successful ones) and per bucket "sent" (by due time),
-// "ok" and "failed" (by end time). Returns the process's exit code.
+// Connects, makes 10 warm-up calls (none when the scenario IsCold), says
+// "ready", waits for "start T0", runs the load, then writes "result {JSON}"
+// on stdout: of the Get requests, requests, ok, codes, p50/p99 latency (ms,
+// every request and the successful ones) and per bucket "sent" (by due
+// time), "ok" and "failed" (by end time); "breaker_openings" (its
+// rpcguard client's breakers: 0 for the other clients); with an
+// independent method (kSplit), the same counts of its Puts
+// ("independent_requests", "independent_ok", "independent_codes",
+// "independent_ok_by_end", "independent_failed_by_end"). Returns the
+// process's exit code.
 int RunGenerator(const GeneratorOptions& options);
 
 }  // namespace chain

@@ -10,6 +10,8 @@
 //   ./bazelw run -c opt //bench:chain -- [--quick] [--json=PATH]
 //   ./bazelw run -c opt //bench:chain -- --scenarios=outage
 //       --clients=grpc,rpcguard --runs=3
+//   ./bazelw run -c opt //bench:chain -- --scenarios=overload2x_cold
+//       --clients=none,rpcguard_fleet --load=0,2 --runs=5
 //
 // See kUsage for every flag.
 
@@ -42,7 +44,12 @@ Four processes on 127.0.0.1, the same client at every hop, 3 attempts a hop
 for the retrying ones.
 
 Flags:
-  --scenarios=A,B   outage, fail60, overload2x, overload4x, blip (default all)
+  --scenarios=A,B   outage, fail60, overload2x, overload4x, blip (the fault
+                    after healthy traffic), overload2x_cold, overload4x_cold,
+                    sustained2x (overloaded from the first request, no
+                    warm-up; sustained2x for 30 s whatever --duration says),
+                    split (Get down to the store, Put answered by B; the
+                    store down, then overloaded) (default all)
   --clients=A,B     none, naive, grpc, grpc_throttled, rpcguard,
                     rpcguard_fleet, rpcguard_fleet_nomax, single_tier
                     (default all this build has: the fleet clients need
@@ -55,6 +62,9 @@ Flags:
   --deadline_ms=N   each request's deadline, propagated down (default 1000)
   --runs=N          runs per scenario and client; figures are medians
                     (default 1)
+  --load=N[,M...]   busy loops (sh -c 'while :; do :; done') beside the
+                    runs: the matrix runs once per level, e.g. --load=0,2
+                    quiet then with two loops (default 0)
   --quick           the short settings above, for smoke tests
   --json=PATH       also write every figure and series as JSON to PATH
 )";
@@ -70,12 +80,14 @@ struct Flags {
   int64_t deadline_ms = 1000;
   int64_t blip_ms = 0;
   int runs = 1;
+  std::vector<int> loads = {0};
   bool quick = false;
   std::string json;
   // Children.
   std::string scenario;
   std::string client;
   std::string target;
+  bool answers_put = false;
 };
 
 bool ParseFlag(absl::string_view arg, Flags& flags) {
@@ -91,6 +103,19 @@ bool ParseFlag(absl::string_view arg, Flags& flags) {
   if (arg == "--quick") {
     flags.quick = true;
     return true;
+  }
+  if (arg == "--answers_put") {
+    flags.answers_put = true;
+    return true;
+  }
+  if (value("--load", &v)) {
+    flags.loads.clear();
+    for (absl::string_view item : absl::StrSplit(v, ',')) {
+      int n;
+      if (!absl::SimpleAtoi(item, &n) || n < 0 || n > 64) return false;
+      flags.loads.push_back(n);
+    }
+    return !flags.loads.empty();
   }
   if (value("--role", &v)) return (flags.role = std::string(v)), true;
   if (value("--scenarios", &v)) return (flags.scenarios = std::string(v)), true;
@@ -146,10 +171,12 @@ int Main(int argc, char** argv) {
     absl::StatusOr<Client> client = ParseClient(flags.client);
     if (!client.ok()) return Fail(client.status().ToString());
     if (flags.role == "tier") {
-      return RunTier({flags.target, *client, duration});
+      return RunTier({flags.target, *client, duration, flags.answers_put});
     }
+    absl::StatusOr<Scenario> scenario = ParseScenario(flags.scenario);
+    if (!scenario.ok()) return Fail(scenario.status().ToString());
     return RunGenerator(
-        {flags.target, *client, flags.rate, duration, deadline});
+        {flags.target, *client, *scenario, flags.rate, duration, deadline});
   }
   if (flags.role != "driver") return Fail("unknown role " + flags.role);
 
@@ -161,6 +188,7 @@ int Main(int argc, char** argv) {
   options.blip = absl::Milliseconds(flags.quick ? 500 : 1000);
   options.deadline = deadline;
   options.runs = flags.runs;
+  options.loads = flags.loads;
   options.json_path = flags.json;
   if (flags.scenarios.empty()) {
     options.scenarios.assign(std::begin(kAllScenarios),

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
@@ -26,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "bench/chain_client.h"
+#include "bench/clients.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 
 #ifdef RPCGUARD_CHAIN_FLEET
@@ -112,16 +114,14 @@ class StoreService final : public FaultService::CallbackService {
     counter_.Add(now);
     CountRequest(request->op_id());
     const std::optional<absl::Duration> since = counter_.SinceStart(now);
-    const bool faulty =
-        since.has_value() && *since >= plan_.start && *since < plan_.end;
-    if (faulty && plan_.fail_percent > 0 &&
+    if (since.has_value() && plan_.Failing(*since) &&
         (plan_.fail_percent >= 100 || Percent() < plan_.fail_percent)) {
       reactor->Finish(
           grpc::Status(grpc::StatusCode::UNAVAILABLE, "store: injected"));
       return reactor;
     }
     reply->set_op_id(request->op_id());
-    if (faulty && plan_.max_concurrent > 0) {
+    if (since.has_value() && plan_.Limited(*since)) {
       // Admission by concurrency, as a server with a fixed number of
       // workers and no queue sheds: the excess is rejected at once.
       if (in_service_.fetch_add(1) >= plan_.max_concurrent) {
@@ -171,17 +171,40 @@ class TierService final : public FaultService::CallbackService {
  public:
   TierService(const TierOptions& options, std::shared_ptr<grpc::Channel> next)
       : counter_(BucketsFor(options.duration)),
+        answers_put_(options.answers_put),
         caller_(options.client, std::move(next)) {}
 
   BucketCounter& counter() { return counter_; }
 
+  // Counted: the Get attempts, the ones bound for the store.
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
                                 const FaultRequest* request,
                                 FaultReply* reply) override {
     counter_.Add(absl::Now());
+    return Forward(Method::kGet, context, request, reply);
+  }
+
+  // The method the store has no part in: B answers it, A passes it on.
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* context,
+                                const FaultRequest* request,
+                                FaultReply* reply) override {
+    if (answers_put_) {
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reply->set_op_id(request->op_id());
+      reactor->Finish(grpc::Status::OK);
+      return reactor;
+    }
+    return Forward(Method::kPut, context, request, reply);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* Forward(Method method,
+                                    grpc::CallbackServerContext* context,
+                                    const FaultRequest* request,
+                                    FaultReply* reply) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     caller_.Call(
-        request, reply,
+        method, request, reply,
         [context] {
           // The incoming call's deadline (and cancellation) for every
           // attempt of the outgoing one.
@@ -191,17 +214,17 @@ class TierService final : public FaultService::CallbackService {
     return reactor;
   }
 
- private:
   BucketCounter counter_;
+  const bool answers_put_;
   Caller caller_;
 };
 
 // Serves `service` on an ephemeral port, says where, then follows the
 // driver's lines until "stop". Never returns normally: the process ends
-// with _exit (see the header).
-// `store` (when given) adds its per-request maximum after the counts.
+// with _exit (see the header). `more_lines` (the store's per-request
+// maximum, a tier's breaker openings) are said after the counts.
 int Serve(grpc::Service* service, BucketCounter& counter, Client client,
-          const StoreService* store) {
+          std::function<std::vector<std::string>()> more_lines) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -239,10 +262,7 @@ int Serve(grpc::Service* service, BucketCounter& counter, Client client,
     } else if (*line == "stop") {
       WriteStdoutLine(
           absl::StrCat("counts ", absl::StrJoin(counter.Snapshot(), " ")));
-      if (store != nullptr) {
-        WriteStdoutLine(
-            absl::StrCat("max_per_request ", store->MaxPerRequest()));
-      }
+      for (const std::string& more : more_lines()) WriteStdoutLine(more);
       _exit(0);
     }
   }
@@ -253,20 +273,41 @@ int Serve(grpc::Service* service, BucketCounter& counter, Client client,
 
 int RunStore(const StoreOptions& options) {
   auto* service = new StoreService(options);  // lives until _exit
-  return Serve(service, service->counter(), Client::kNone, service);
+  return Serve(service, service->counter(), Client::kNone, [service] {
+    return std::vector<std::string>{
+        absl::StrCat("max_per_request ", service->MaxPerRequest())};
+  });
 }
 
 int RunTier(const TierOptions& options) {
+  absl::StatusOr<std::shared_ptr<RpcguardState>> state =
+      RpcguardState::Create();
+  if (!state.ok()) {
+    std::fprintf(stderr, "chain: tier state: %s\n",
+                 state.status().ToString().c_str());
+    return 1;
+  }
   absl::StatusOr<std::shared_ptr<grpc::Channel>> next =
-      MakeChannel(options.client, options.target);
+      MakeChannel(options.client, options.target, *state);
   if (!next.ok()) {
     std::fprintf(stderr, "chain: tier channel: %s\n",
                  next.status().ToString().c_str());
     return 1;
   }
+  // Connected before the first request, and nothing else: a cold scenario's
+  // channels have carried no call before T0 (the warm ones' warm-up calls
+  // come later, from the generator).
+  if (!(*next)->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + absl::Seconds(10)))) {
+    std::fprintf(stderr, "chain: tier cannot connect to %s\n",
+                 options.target.c_str());
+    return 1;
+  }
   auto* service = new TierService(options, *std::move(next));
-  return Serve(service, service->counter(), options.client,
-               /*store=*/nullptr);
+  return Serve(service, service->counter(), options.client, [state = *state] {
+    return std::vector<std::string>{
+        absl::StrCat("breaker_openings ", state->breaker_openings())};
+  });
 }
 
 }  // namespace chain

@@ -8,7 +8,9 @@
 //   tier (A, B)  FaultService.Get whose handler makes one call to the next
 //              tier through the client under test, its context made by
 //              ClientContext::FromServerContext (deadline and cancellation
-//              propagated), and answers with that call's status.
+//              propagated), and answers with that call's status; Put the
+//              same, except on the tier told to answer it itself (B in
+//              kSplit), which answers OK at once.
 //
 // Both count the attempts they receive per bucket (chain_common.h), speak
 // the driver's line protocol on stdin and stdout, and end the process on
@@ -41,6 +43,8 @@ struct TierOptions {
   std::string target;  // the next tier
   Client client = Client::kNone;
   absl::Duration duration;
+  // Put is answered here, not passed on (B, in kSplit).
+  bool answers_put = false;
 };
 
 // Each serves on 127.0.0.1 (an ephemeral port) until the driver says stop
