@@ -7,12 +7,15 @@
 #include <grpcpp/version_info.h>
 
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "absl/strings/string_view.h"
 #include "rpcguard/internal/grpc/factory_state.h"
 #include "rpcguard/internal/grpc/retry_interceptor.h"
 #include "rpcguard/internal/grpc/server_calls.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
+#include "rpcguard/service_config/outlier_detection.h"
 
 namespace rpcguard {
 namespace {
@@ -67,6 +70,20 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
           "a stream until it commits, as gRPC does); move the policy into "
           "rpcguard's Config instead, or set "
           "Options::allow_grpc_retry_policy");
+    }
+  }
+  if (options.outlier_detection.enabled) {
+    absl::Status valid =
+        internal::ValidateOutlierDetection(options.outlier_detection);
+    if (!valid.ok()) return valid;
+    // Only the caller's own service config: one from the resolver (DNS TXT
+    // records, xDS) replaces this one whole, as gRPC documents
+    // GRPC_ARG_SERVICE_CONFIG, and is its author's to write.
+    std::optional<std::string> wrapped = internal::WrapInOutlierDetection(
+        internal::ServiceConfigOf(args), internal::LbPolicyNameOf(args),
+        options.outlier_detection);
+    if (wrapped.has_value()) {
+      args = internal::WithServiceConfig(args, *wrapped);
     }
   }
   std::vector<
