@@ -8,9 +8,11 @@
 //   tails.cc     what hedging does to a latency tail and a slowdown;
 //   streams.cc   streams retried until they commit: CPU per message without
 //                faults, success when 30% of attempts fail first (issue 23);
+//   backends.cc  three backends behind one target, one of them failing,
+//                refusing connections or slow (issue 46 §3);
 //   headline.cc  the no-failure path's client CPU per call (--headline);
 //   soak.cc      RSS over many calls (--soak).
-// The first four make up the default mode and share its report; the last
+// The first five make up the default mode and share its report; the last
 // two are modes of their own.
 
 #ifndef RPCGUARD_BENCH_COMPARE_FAMILIES_H_
@@ -54,6 +56,7 @@ std::unique_ptr<Family> MatrixFamily(const Flags& flags, const Plan& plan);
 std::unique_ptr<Family> OutageFamily(const Flags& flags, const Plan& plan);
 std::unique_ptr<Family> TailFamily(const Flags& flags, const Plan& plan);
 std::unique_ptr<Family> StreamFamily(const Flags& flags, const Plan& plan);
+std::unique_ptr<Family> BackendFamily(const Flags& flags, const Plan& plan);
 
 // The modes of their own; each returns the process's exit code.
 int RunHeadline(const Flags& flags, const Env& env, const Machine& machine);

@@ -11,6 +11,7 @@
 //   ./bazelw run -c opt //bench:compare -- --only=restart [--quick]
 //   ./bazelw run -c opt //bench:compare -- --only=tail [--quick]
 //   ./bazelw run -c opt //bench:compare -- --only=streams [--quick]
+//   ./bazelw run -c opt //bench:compare -- --only=backends [--quick]
 //   ./bazelw run -c opt //bench:compare -- --headline [--quick]
 //   ./bazelw run -c opt //bench:compare -- --soak[=N] [--quick]
 //
@@ -50,7 +51,10 @@ Modes (one per run):
                      then the streams (issue 23: CPU per message of 1,000-
                      message server and client streams, sync and callback;
                      30% of attempts failing first) for plain, grpc-retry
-                     and rpcguard in a fourth
+                     and rpcguard in a fourth, then three backends behind
+                     one target, one failing, refusing connections or 300 ms
+                     slow (issue 46 §3; round_robin, rpcguard with and
+                     without its outlier detection) in a fifth
   --headline         no-failure client CPU per call, sync and callback stub,
                      1 caller: median of rounds, ratios vs plain,
                      pass-through and hijack-floor measured in the same run
@@ -67,7 +71,8 @@ Flags:
                      overload; tails: tail slowdown, on the callback
                      stub tail/callback slowdown/callback; streams:
                      streams/{none,fail30}/{server,client}/STUB, e.g.
-                     --only=streams)
+                     --only=streams; backends: backends/{unavailable,
+                     refused,healthy,slow}, e.g. --only=backends)
   --clients=A,B      only these clients (plain, pass-through, hijack-floor,
                      grpc-retry, grpc-retry-throttled, rpcguard,
                      rpcguard-hedged, rpcguard-hedged-adaptive)
@@ -77,9 +82,10 @@ Flags:
                      --quick); per round of a stream cell (default 20
                      without faults, 50 with; 5 and 20 with --quick)
   --seconds=S        length of a time-bound cell (outage, slow, brownout,
-                     overload; default 4, with --quick 1.5 for outage, 1 for
-                     slow, 2 for brownout and overload); restart runs 1 s,
-                     0.5 s down, then 3 s (1.5 s with --quick)
+                     overload, backends; default 4, with --quick 1.5 for
+                     outage, 1 for slow, 2 for brownout, overload and
+                     backends); restart runs 1 s, 0.5 s down, then 3 s (1.5 s
+                     with --quick)
   --rounds=N         rounds per cell (default 3, 1 with --quick; --headline
                      and streams: 7, 3 with --quick)
   --warmup=N         calls per cell before measuring, faults off
@@ -182,12 +188,16 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
   const Plan plan = MakePlan(flags);
   std::unique_ptr<Family> families[] = {
       MatrixFamily(flags, plan), OutageFamily(flags, plan),
-      TailFamily(flags, plan), StreamFamily(flags, plan)};
+      TailFamily(flags, plan), StreamFamily(flags, plan),
+      BackendFamily(flags, plan)};
   Family& matrix = *families[0];
   Family& outages = *families[1];
   Family& tails = *families[2];
   Family& streams = *families[3];
-  if (matrix.size() + outages.size() + tails.size() + streams.size() == 0) {
+  Family& backends = *families[4];
+  if (matrix.size() + outages.size() + tails.size() + streams.size() +
+          backends.size() ==
+      0) {
     std::fprintf(stderr, "compare: no scenario matches --only=%s\n",
                  flags.only.c_str());
     return 2;
@@ -208,6 +218,12 @@ int RunCompare(const Flags& flags, const Env& env, const Machine& machine) {
   if (streams.size() > 0) {
     std::fprintf(stderr, "compare: %zu stream scenarios x %zu clients\n",
                  streams.size(), streams.clients().size());
+  }
+  if (backends.size() > 0) {
+    std::fprintf(stderr,
+                 "compare: %zu backend scenarios x 4 to 6 clients, 3 "
+                 "servers of their own\n",
+                 backends.size());
   }
   // Every client that will be measured, each once.
   std::vector<ClientKind> warm_clients;
