@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
@@ -27,13 +28,17 @@
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::ControlAttempts;
+using ::rpcguard::testing::ControlCall;
 using ::rpcguard::testing::CreateGuardedChannel;
+using ::rpcguard::testing::ExpectWithinControl;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
 using ::rpcguard::testing::OpRecord;
 using ::rpcguard::testing::StartCall;
 using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
@@ -153,17 +158,33 @@ TEST_P(CallPolicyE2ETest, MaxAttemptsThreeOnAMethodWithFive) {
 }
 
 TEST_P(CallPolicyE2ETest, PerAttemptTimeoutRetriesASlowAttempt) {
-  FaultRequest req = Request(Op("timeout"));
-  req.set_slow_first_ms(800);
   CallPolicy call;
   call.per_attempt_timeout = absl::Milliseconds(100);
-  const absl::Time start = absl::Now();
-  EXPECT_TRUE(Run(Method::kGet, req, &call).ok());
   // Attempt 1 was cut at 100 ms and attempt 2 answered at once, long
-  // before attempt 1 would have.
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(600));
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
-  ExpectNoEntry(req.op_id());
+  // before attempt 1 would have: within 600 ms on a quiet machine, or as
+  // soon as the control, a plain channel's call with a 100 ms deadline that
+  // the server holds and then one it answers at once
+  // (tests/testing/deadline_control.h).
+  int measurement = 0;
+  ExpectWithinControl("time to end", absl::Milliseconds(600), [&] {
+    FaultRequest req = Request(absl::StrCat(Op("timeout"), "-", ++measurement));
+    req.set_slow_first_ms(800);
+    auto plain = testing::PlainStub(server_.address());
+    ControlAttempts control(
+        GetParam(), plain.get(),
+        {{ControlCall::Held(absl::Milliseconds(800)), absl::Milliseconds(100)},
+         {}});
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(Run(Method::kGet, req, &call).ok());
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
+    ExpectNoEntry(req.op_id());
+    const std::vector<grpc::Status> control_statuses = control.Wait();
+    EXPECT_EQ(control_statuses[0].error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(control_statuses[1].ok());
+    return Timing{took, control.Took()};
+  });
 }
 
 TEST_P(CallPolicyE2ETest, BackoffIsTheCalls) {

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
@@ -32,13 +33,17 @@
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::ControlAttempts;
+using ::rpcguard::testing::ControlCall;
 using ::rpcguard::testing::CreateGuardedChannel;
+using ::rpcguard::testing::ExpectWithinControl;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
 using ::rpcguard::testing::PendingCall;
 using ::rpcguard::testing::StartCall;
 using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
@@ -70,6 +75,15 @@ class HedgingE2ETest : public ::testing::TestWithParam<StubKind> {
         });
     ASSERT_TRUE(channel.ok()) << channel.status();
     stub_ = FaultService::NewStub(*channel);
+    control_ = testing::PlainStub(server_.address());
+  }
+
+  // The control of a timing: a plain channel's Get of `req` through the
+  // same stub API, started now (tests/testing/deadline_control.h).
+  std::unique_ptr<ControlCall> StartControl(
+      FaultRequest req, absl::Time deadline = absl::InfiniteFuture()) {
+    return std::make_unique<ControlCall>(GetParam(), control_.get(),
+                                         std::move(req), deadline);
   }
 
   grpc::Status Call(Method m, grpc::ClientContext* ctx, const FaultRequest& req,
@@ -81,8 +95,20 @@ class HedgingE2ETest : public ::testing::TestWithParam<StubKind> {
     return absl::StrCat(name, "-", KindName(GetParam()), "-", ++op_counter_);
   }
 
+  // Waits (up to 5 s) until the server has seen `n` attempts of `op`.
+  bool WaitForAttempts(const std::string& op, int n) {
+    const absl::Time limit = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < limit) {
+      if (server_.Op(op).attempts >= n) return true;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return false;
+  }
+
   FaultServer server_;
   std::unique_ptr<FaultService::Stub> stub_;
+  // A plain channel's (no rpcguard) to the same server.
+  std::unique_ptr<FaultService::Stub> control_;
   int op_counter_ = 0;
 };
 
@@ -143,36 +169,54 @@ TEST_P(HedgingE2ETest, AFatalAnswerEndsTheCall) {
   EXPECT_EQ(server_.Op(req.op_id()).attempts, 2);
 }
 
-// A non-fatal failure sends the next copy at once (A6).
+// A non-fatal failure sends the next copy at once (A6): without the hedge
+// delay (50 ms) and without a retry's backoff, so within 45 ms on a quiet
+// machine, or as soon as the control: a plain channel's two calls one after
+// the other, the first failing at once, started at the same moment.
 TEST_P(HedgingE2ETest, ANonFatalFailureSendsTheNextCopyAtOnce) {
-  FaultRequest req;
-  req.set_op_id(Op("nonfatal"));
-  req.set_fail_first(1);  // UNAVAILABLE, at once
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  const absl::Time start = absl::Now();
-  ASSERT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
-  // Without the hedge delay, and without a retry's backoff.
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(45));
-  EXPECT_EQ(reply.attempts_seen(), 2);
+  ExpectWithinControl("time to end", absl::Milliseconds(45), [&] {
+    FaultRequest req;
+    req.set_op_id(Op("nonfatal"));
+    req.set_fail_first(1);  // UNAVAILABLE, at once
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    FaultRequest fails;
+    fails.set_fail_first(1);
+    ControlAttempts control(GetParam(), control_.get(), {{fails}, {}});
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(Call(Method::kGet, &ctx, req, &reply).ok());
+    const absl::Duration took = absl::Now() - start;
+    const std::vector<grpc::Status> control_statuses = control.Wait();
+    EXPECT_EQ(control_statuses[0].error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_TRUE(control_statuses[1].ok());
+    EXPECT_EQ(reply.attempts_seen(), 2);
+    return Timing{took, control.Took()};
+  });
 }
 
-// Every copy slow: the caller's deadline ends them all, on time.
+// Every copy slow: the caller's deadline ends them all, on time (within
+// 200 ms, or as late as a plain channel's call with the same deadline).
 TEST_P(HedgingE2ETest, TheDeadlineEndsEveryCopy) {
-  FaultRequest req;
-  req.set_op_id(Op("deadline"));
-  req.set_delay_ms(2000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::milliseconds(300);
-  ctx.set_deadline(deadline);
-  const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  EXPECT_LT(absl::Now(), absl::FromChrono(deadline) + absl::Milliseconds(200));
-  // The hedges went out before the deadline: 3 copies at 0, 50, 100 ms.
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
+  ExpectWithinControl("lateness at the deadline", absl::Milliseconds(200), [&] {
+    FaultRequest req;
+    req.set_op_id(Op("deadline"));
+    req.set_delay_ms(2000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    auto control = StartControl(ControlCall::HeldPast(deadline), deadline);
+    const grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    const absl::Duration late = absl::Now() - deadline;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    // The hedges went out before the deadline: 3 copies at 0, 50, 100 ms.
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 3);
+    EXPECT_EQ(control->Wait().error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+    return Timing{late, control->LateBy()};
+  });
 }
 
 // The first copy fails with a pushback over kMaxServerDelay (60 s) that the
@@ -202,24 +246,45 @@ TEST_P(HedgingE2ETest, AServerDelayThatCannotFitEndsTheCallAsDeadline) {
   }
 }
 
-// The caller cancels with copies in flight: the call ends at once.
+// The caller cancels with copies in flight: the call ends at once (within
+// 500 ms, or as soon as a plain channel's call cancelled in the same
+// moment).
 TEST_P(HedgingE2ETest, TheCallersCancelEndsEveryCopy) {
-  FaultRequest req;
-  req.set_op_id(Op("cancel"));
-  req.set_delay_ms(2000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  std::unique_ptr<PendingCall> call =
-      StartCall(GetParam(), stub_.get(), Method::kGet, &ctx, req, &reply);
-  absl::SleepFor(absl::Milliseconds(80));  // two copies out
-  const absl::Time cancelled = absl::Now();
-  ctx.TryCancel();
-  const grpc::Status s = call->Wait();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_LT(absl::Now() - cancelled, absl::Milliseconds(500));
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 2) << "no copy after a cancel";
+  ExpectWithinControl(
+      "time to end after the cancel", absl::Milliseconds(500), [&] {
+        FaultRequest req;
+        req.set_op_id(Op("cancel"));
+        req.set_delay_ms(2000);
+        FaultReply reply;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+        auto control = StartControl(ControlCall::Held(absl::Seconds(2)));
+        const absl::Time start = absl::Now();
+        std::unique_ptr<PendingCall> call =
+            StartCall(GetParam(), stub_.get(), Method::kGet, &ctx, req, &reply);
+        // Two copies out (the hedge at 50 ms), and the control's call at
+        // the server.
+        EXPECT_TRUE(WaitForAttempts(req.op_id(), 2));
+        EXPECT_TRUE(WaitForAttempts(control->op_id(), 1));
+        control->Cancel();
+        const absl::Time cancelled = absl::Now();
+        ctx.TryCancel();
+        const grpc::Status s = call->Wait();
+        const absl::Duration took = absl::Now() - cancelled;
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+        EXPECT_EQ(control->Wait().error_code(), grpc::StatusCode::CANCELLED);
+        absl::SleepFor(absl::Milliseconds(150));  // past the third copy's time
+        // No copy after a cancel: the third was due at 100 ms, so unless a
+        // busy machine held the cancel back until then, two.
+        if (cancelled - start < absl::Milliseconds(90)) {
+          EXPECT_EQ(server_.Op(req.op_id()).attempts, 2)
+              << "no copy after a cancel";
+        } else {
+          EXPECT_LE(server_.Op(req.op_id()).attempts, 3);
+        }
+        return Timing{took, control->SinceCancel()};
+      });
 }
 
 // IDEMPOTENT with a policy written for the method: hedged. KEYED with the

@@ -25,6 +25,7 @@
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/internal/grpc_1_51/probes.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
 #include "tests/testing/fault_server.h"
 #include "tests/testing/guarded_channel.h"
 #include "tests/testing/stub_calls.h"
@@ -32,13 +33,17 @@
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::ControlAttempts;
+using ::rpcguard::testing::ControlCall;
 using ::rpcguard::testing::CreateGuardedChannel;
+using ::rpcguard::testing::ExpectWithinControl;
 using ::rpcguard::testing::FaultServer;
 using ::rpcguard::testing::KindName;
 using ::rpcguard::testing::Method;
 using ::rpcguard::testing::PendingCall;
 using ::rpcguard::testing::StartCall;
 using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
@@ -69,6 +74,12 @@ std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
   return std::string(it->second.data(), it->second.size());
 }
 
+// How late a call may end after its deadline, and how long it may take to
+// end after a cancel, on a quiet machine; on a loaded one, as late as a
+// plain channel's call in the same moment (tests/testing/deadline_control.h).
+constexpr absl::Duration kQuietLateness = absl::Milliseconds(20);
+constexpr absl::Duration kQuietCancel = absl::Milliseconds(50);
+
 // Threads that answer for refreshers; joined before the test's server and
 // channel go, as an application would stop its token service first.
 class RefresherThreads {
@@ -89,7 +100,10 @@ class RefresherThreads {
 
 class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
  protected:
-  void SetUp() override { UseConfig(kDefaultConfig); }
+  void SetUp() override {
+    UseConfig(kDefaultConfig);
+    control_ = testing::PlainStub(server_.address());
+  }
 
   void UseConfig(const std::string& json,
                  CredentialRefresher refresher = nullptr) {
@@ -102,6 +116,14 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
     ASSERT_TRUE(channel.ok()) << channel.status();
     channel_ = *channel;
     stub_ = FaultService::NewStub(channel_);
+  }
+
+  // The control of a timing: a plain channel's Get of `req` through the
+  // same stub API, started now.
+  std::unique_ptr<ControlCall> StartControl(
+      FaultRequest req, absl::Time deadline = absl::InfiniteFuture()) {
+    return std::make_unique<ControlCall>(GetParam(), control_.get(),
+                                         std::move(req), deadline);
   }
 
   std::unique_ptr<PendingCall> Start(Method m, grpc::ClientContext* ctx,
@@ -133,6 +155,8 @@ class RetryE2ETest : public ::testing::TestWithParam<StubKind> {
   FaultServer server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<FaultService::Stub> stub_;
+  // A plain channel's (no rpcguard) to the same server.
+  std::unique_ptr<FaultService::Stub> control_;
   int op_counter_ = 0;
   // Declared last: destroyed (joined) first.
   RefresherThreads refresher_threads_;
@@ -353,26 +377,35 @@ TEST_P(RetryE2ETest, EndlessFailureReturnsByTheDeadline) {
                       "retryableStatusCodes": ["UNAVAILABLE"]},
       "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
   // With A6 jitter the 9 backoffs add up to at least 496 ms: the deadline,
-  // not maxAttempts, must end the call.
+  // not maxAttempts, must end the call, and on time: as late as a plain
+  // channel's call with the same deadline that the server holds past it.
   for (int delay_ms : {0, 30}) {
-    FaultRequest req;
-    req.set_op_id(Op("endless"));
-    req.set_fail_first(1000000);
-    req.set_delay_ms(delay_ms);
-    FaultReply reply;
-    grpc::ClientContext ctx;
-    const auto deadline =
-        std::chrono::system_clock::now() + std::chrono::milliseconds(300);
-    ctx.set_deadline(deadline);
-    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
-    const auto late = std::chrono::system_clock::now() - deadline;
-    EXPECT_LE(late, std::chrono::milliseconds(20));
-    EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
-        << s.error_code();
-    EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
-        << s.error_message();
-    EXPECT_GE(server_.Op(req.op_id()).attempts, 2);
+    ExpectWithinControl(
+        absl::StrCat("delay_ms ", delay_ms, ", lateness at the deadline"),
+        kQuietLateness, [&] {
+          FaultRequest req;
+          req.set_op_id(Op("endless"));
+          req.set_fail_first(1000000);
+          req.set_delay_ms(delay_ms);
+          FaultReply reply;
+          grpc::ClientContext ctx;
+          const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
+          ctx.set_deadline(absl::ToChronoTime(deadline));
+          auto control =
+              StartControl(ControlCall::HeldPast(deadline), deadline);
+          grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+          const absl::Duration late = absl::Now() - deadline;
+          EXPECT_TRUE(s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+              << s.error_code();
+          EXPECT_NE(s.error_message().find("gave up: deadline"),
+                    std::string::npos)
+              << s.error_message();
+          EXPECT_GE(server_.Op(req.op_id()).attempts, 2);
+          EXPECT_EQ(control->Wait().error_code(),
+                    grpc::StatusCode::DEADLINE_EXCEEDED);
+          return Timing{late, control->LateBy()};
+        });
   }
 }
 
@@ -383,19 +416,34 @@ TEST_P(RetryE2ETest, PerAttemptTimeoutIsRetried) {
                       "retryableStatusCodes": ["UNAVAILABLE"]},
       "rpcguard": {"idempotency": "IDEMPOTENT",
                    "perAttemptTimeout": "0.1s"}}]})json");
-  FaultRequest req;
-  req.set_op_id(Op("slow-first"));
-  req.set_fail_first(1);
-  req.set_fail_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
-  req.set_fail_delay_ms(1000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  const absl::Time start = absl::Now();
-  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(reply.attempts_seen(), 2);
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(900));
+  // Attempt 1 is cut at 100 ms and attempt 2 answers at once: within
+  // 900 ms (attempt 1 alone would take 1 s) on a quiet machine, or as soon
+  // as the control, a plain channel's call with a 100 ms deadline that the
+  // server holds and then one it answers at once.
+  ExpectWithinControl("time to end", absl::Milliseconds(900), [&] {
+    FaultRequest req;
+    req.set_op_id(Op("slow-first"));
+    req.set_fail_first(1);
+    req.set_fail_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+    req.set_fail_delay_ms(1000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    ControlAttempts control(
+        GetParam(), control_.get(),
+        {{ControlCall::Held(absl::Seconds(1)), absl::Milliseconds(100)}, {}});
+    const absl::Time start = absl::Now();
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(reply.attempts_seen(), 2);
+    const std::vector<grpc::Status> control_statuses = control.Wait();
+    EXPECT_EQ(control_statuses[0].error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(control_statuses[1].ok());
+    return Timing{took, control.Took()};
+  });
 }
 
 TEST_P(RetryE2ETest, CallersDeadlineIsNeverRetried) {
@@ -456,26 +504,37 @@ TEST_P(RetryE2ETest, RetryInfoDelayIsAFloor) {
 
 TEST_P(RetryE2ETest, ServerDelayBeyondTheDeadlineEndsTheCallAtOnce) {
   for (bool use_retry_info : {false, true}) {
-    FaultRequest req;
-    req.set_op_id(Op("server-delay-too-long"));
-    req.set_fail_first(1);
-    if (use_retry_info) {
-      req.set_retry_info_ms(2000);
-    } else {
-      req.set_pushback_ms("2000");
-    }
-    FaultReply reply;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(500));
-    const absl::Time start = absl::Now();
-    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-    EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
-        << s.error_message();
-    // At once: not at the deadline.
-    EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
-    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+    // At once, not at the deadline: within 250 ms on a quiet machine, or as
+    // soon as a plain channel's call that fails the same way at once.
+    ExpectWithinControl(
+        absl::StrCat(use_retry_info ? "RetryInfo" : "pushback",
+                     ", time to end"),
+        absl::Milliseconds(250), [&] {
+          FaultRequest req;
+          req.set_op_id(Op("server-delay-too-long"));
+          req.set_fail_first(1);
+          if (use_retry_info) {
+            req.set_retry_info_ms(2000);
+          } else {
+            req.set_pushback_ms("2000");
+          }
+          FaultReply reply;
+          grpc::ClientContext ctx;
+          const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
+          ctx.set_deadline(absl::ToChronoTime(deadline));
+          auto control = StartControl(req, deadline);
+          const absl::Time start = absl::Now();
+          grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+          const absl::Duration took = absl::Now() - start;
+          EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+          EXPECT_NE(s.error_message().find("gave up: deadline"),
+                    std::string::npos)
+              << s.error_message();
+          EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+          EXPECT_EQ(control->Wait().error_code(),
+                    grpc::StatusCode::UNAVAILABLE);
+          return Timing{took, control->Took()};
+        });
   }
 }
 
@@ -595,22 +654,26 @@ TEST_P(RetryE2ETest, SlowAuthRefreshEndsAtTheDeadline) {
   std::atomic<int> asked{0};
   UseConfig(kDefaultConfig, TokenRefresher(&refresher_threads_, "new",
                                            absl::Milliseconds(600), &asked));
-  FaultRequest req;
-  req.set_op_id(Op("auth-slow"));
-  req.set_require_token("new");
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  const auto deadline =
-      std::chrono::system_clock::now() + std::chrono::milliseconds(200);
-  ctx.set_deadline(deadline);
-  grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
-  EXPECT_LE(std::chrono::system_clock::now() - deadline,
-            std::chrono::milliseconds(20));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
-      << s.error_message();
-  absl::SleepFor(absl::Milliseconds(600));  // the late answer changes nothing
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  ExpectWithinControl("lateness at the deadline", kQuietLateness, [&] {
+    FaultRequest req;
+    req.set_op_id(Op("auth-slow"));
+    req.set_require_token("new");
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(200);
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    auto control = StartControl(ControlCall::HeldPast(deadline), deadline);
+    grpc::Status s = Call(Method::kGet, &ctx, req, &reply);
+    const absl::Duration late = absl::Now() - deadline;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_NE(s.error_message().find("gave up: deadline"), std::string::npos)
+        << s.error_message();
+    EXPECT_EQ(control->Wait().error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+    absl::SleepFor(absl::Milliseconds(600));  // the late answer changes nothing
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+    return Timing{late, control->LateBy()};
+  });
 }
 
 TEST_P(RetryE2ETest, CancelDuringBackoffEndsPromptly) {
@@ -619,38 +682,54 @@ TEST_P(RetryE2ETest, CancelDuringBackoffEndsPromptly) {
                       "maxBackoff": "1s", "backoffMultiplier": 2,
                       "retryableStatusCodes": ["UNAVAILABLE"]},
       "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
-  FaultRequest req;
-  req.set_op_id(Op("cancel-backoff"));
-  req.set_fail_first(1);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  auto call = Start(Method::kGet, &ctx, req, &reply);
-  ASSERT_TRUE(WaitForAttempts(req.op_id(), 1));
-  absl::SleepFor(absl::Milliseconds(100));  // now in the 0.8-1.2 s backoff
-  const absl::Time cancelled_at = absl::Now();
-  ctx.TryCancel();
-  grpc::Status s = call->Wait();
-  EXPECT_LE(absl::Now() - cancelled_at, absl::Milliseconds(50));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
-  absl::SleepFor(absl::Milliseconds(1300));  // past where the retry would be
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  // As prompt as a plain channel's call, held by the server, cancelled in
+  // the same moment.
+  ExpectWithinControl("time to end after the cancel", kQuietCancel, [&] {
+    FaultRequest req;
+    req.set_op_id(Op("cancel-backoff"));
+    req.set_fail_first(1);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    auto control = StartControl(ControlCall::Held(absl::Seconds(2)));
+    auto call = Start(Method::kGet, &ctx, req, &reply);
+    EXPECT_TRUE(WaitForAttempts(req.op_id(), 1));
+    EXPECT_TRUE(WaitForAttempts(control->op_id(), 1));
+    absl::SleepFor(absl::Milliseconds(100));  // now in the 0.8-1.2 s backoff
+    control->Cancel();
+    const absl::Time cancelled_at = absl::Now();
+    ctx.TryCancel();
+    grpc::Status s = call->Wait();
+    const absl::Duration took = absl::Now() - cancelled_at;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(control->Wait().error_code(), grpc::StatusCode::CANCELLED);
+    absl::SleepFor(absl::Milliseconds(1300));  // past where the retry would be
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+    return Timing{took, control->SinceCancel()};
+  });
 }
 
 TEST_P(RetryE2ETest, CancelDuringAttemptEndsPromptly) {
-  FaultRequest req;
-  req.set_op_id(Op("cancel-attempt"));
-  req.set_delay_ms(2000);
-  FaultReply reply;
-  grpc::ClientContext ctx;
-  auto call = Start(Method::kGet, &ctx, req, &reply);
-  ASSERT_TRUE(WaitForAttempts(req.op_id(), 1));
-  const absl::Time cancelled_at = absl::Now();
-  ctx.TryCancel();
-  grpc::Status s = call->Wait();
-  EXPECT_LE(absl::Now() - cancelled_at, absl::Milliseconds(50));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
-  absl::SleepFor(absl::Milliseconds(200));
-  EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+  ExpectWithinControl("time to end after the cancel", kQuietCancel, [&] {
+    FaultRequest req;
+    req.set_op_id(Op("cancel-attempt"));
+    req.set_delay_ms(2000);
+    FaultReply reply;
+    grpc::ClientContext ctx;
+    auto control = StartControl(ControlCall::Held(absl::Seconds(2)));
+    auto call = Start(Method::kGet, &ctx, req, &reply);
+    EXPECT_TRUE(WaitForAttempts(req.op_id(), 1));
+    EXPECT_TRUE(WaitForAttempts(control->op_id(), 1));
+    control->Cancel();
+    const absl::Time cancelled_at = absl::Now();
+    ctx.TryCancel();
+    grpc::Status s = call->Wait();
+    const absl::Duration took = absl::Now() - cancelled_at;
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(control->Wait().error_code(), grpc::StatusCode::CANCELLED);
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_EQ(server_.Op(req.op_id()).attempts, 1);
+    return Timing{took, control->SinceCancel()};
+  });
 }
 
 TEST_P(RetryE2ETest, CancelBeforeStartSendsNothing) {

@@ -24,12 +24,15 @@
 #include "proto/rpcguard/testing/v1/streams.grpc.pb.h"
 #include "rpcguard/internal/grpc/stream_flow.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
 #include "tests/testing/guarded_channel.h"
 
 namespace rpcguard {
 namespace {
 
 using ::rpcguard::testing::CreateGuardedChannel;
+using ::rpcguard::testing::ExpectWithinControl;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::StreamReply;
 using ::rpcguard::testing::v1::StreamRequest;
 using ::rpcguard::testing::v1::Streams;
@@ -794,20 +797,44 @@ TEST_F(StreamE2ETest, RequestsAreBufferedBeforeTheCommit) {
 
 // A stream whose next attempt would not fit in its deadline gives up at
 // once, with the last failure, as a unary call does (a deadline that comes
-// mid-stream: DeadlineAndCancelMidStream).
+// mid-stream: DeadlineAndCancelMidStream). At once: before the deadline
+// (300 ms) on a quiet machine, or as soon as the control, a plain channel's
+// stream that the server fails the same way, started in the same moment
+// (tests/testing/deadline_control.h).
 TEST_F(StreamE2ETest, DeadlineAndTheBackoff) {
   server_.FailBefore(100);
   Connect(Config("", "5s"));
+  auto plain = Streams::NewStub(grpc::CreateChannel(
+      server_.address(), grpc::InsecureChannelCredentials()));
   for (Stub kind : {Stub::kSync, Stub::kAsync, Stub::kCallback}) {
     SCOPED_TRACE(Name(kind));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
-    const absl::Time start = absl::Now();
-    const Outcome o = Call(kind, stub_.get(), &ctx, Shape::kBidi, kRequests);
-    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
-        << o.status.error_message();
-    EXPECT_EQ(Terminal().reason, GiveUpReason::kDeadline);
-    EXPECT_LT(absl::Now() - start, absl::Milliseconds(300));
+    ExpectWithinControl(
+        absl::StrCat(Name(kind), ", time to give up"), absl::Milliseconds(300),
+        [&] {
+          const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
+          absl::Duration control_took;
+          std::thread control([&] {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(absl::ToChronoTime(deadline));
+            const absl::Time start = absl::Now();
+            const Outcome o =
+                Call(kind, plain.get(), &ctx, Shape::kBidi, kRequests);
+            control_took = absl::Now() - start;
+            EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+                << o.status.error_message();
+          });
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(deadline));
+          const absl::Time start = absl::Now();
+          const Outcome o =
+              Call(kind, stub_.get(), &ctx, Shape::kBidi, kRequests);
+          const absl::Duration took = absl::Now() - start;
+          control.join();
+          EXPECT_EQ(o.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+              << o.status.error_message();
+          EXPECT_EQ(Terminal().reason, GiveUpReason::kDeadline);
+          return Timing{took, control_took};
+        });
   }
 }
 

@@ -97,8 +97,15 @@ struct Call {
   }
 
   // Ends a call that outlived the test's patience (it must end before the
-  // test does).
+  // test does). Back to the real time first: the cancel's callback needs one
+  // of gRPC's callback-queue threads, and after a step back both may nap for
+  // the hour (a nap computed just before the step and slept after it, see
+  // wall_clock_stepper.h), which may be why the call outlived the test's
+  // patience. The step forward ends those naps; waiting below zero would
+  // hang until the test's timeout.
   void CancelAndWait() {
+    const absl::Status s = StepWallClockTo(absl::ZeroDuration());
+    EXPECT_TRUE(s.ok()) << s;
     ctx.TryCancel();
     while (!done.HasBeenNotified()) absl::SleepFor(absl::Milliseconds(2));
   }

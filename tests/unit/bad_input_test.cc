@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -30,12 +31,17 @@
 #include "proto/rpcguard/internal/v1/rpc_status.pb.h"
 #include "proto/rpcguard/testing/v1/fault.grpc.pb.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
 #include "tests/testing/fault_server.h"
 
 namespace rpcguard {
 namespace {
 
+using ::rpcguard::testing::ControlCall;
+using ::rpcguard::testing::ExpectWithinControl;
 using ::rpcguard::testing::FaultServer;
+using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
@@ -73,6 +79,12 @@ Options MakeOptions(const std::string& json = kConfig) {
 }
 
 enum class Api { kSync, kCallback };
+
+// The stub API of a control call made like one of `api`'s
+// (tests/testing/deadline_control.h).
+StubKind KindOf(Api api) {
+  return api == Api::kSync ? StubKind::kSync : StubKind::kCallback;
+}
 
 // Calls `method` (Get or Create) of `stub` through the chosen API and waits.
 grpc::Status CallFault(FaultService::Stub* stub, Api api, bool create,
@@ -244,6 +256,9 @@ class BadInputTest : public ::testing::Test {
   FaultServer server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<FaultService::Stub> stub_;
+  // A plain channel's (no rpcguard) to the same server: the controls'.
+  std::unique_ptr<FaultService::Stub> plain_ =
+      testing::PlainStub(server_.address());
   int ops_ = 0;
 };
 
@@ -441,28 +456,37 @@ TEST_F(BadInputTest, ExpiredDeadlinesSendNothing) {
                 .count(),
             " us from now, ", api == Api::kSync ? "sync" : "callback",
             create ? " Create" : " Get"));
-        FaultRequest req;
-        req.set_op_id(Op("expired"));
-        FaultReply reply;
-        grpc::ClientContext ctx;
-        ctx.set_deadline(deadline);
-        const absl::Time start = absl::Now();
-        grpc::Status s = CallFault(stub_.get(), api, create, &ctx, req, &reply);
-        EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));
-        if (!create) {
-          // rpcguard's own check: nothing is sent.
-          EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-              << s.error_message();
-          EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
-        } else {
-          // Create is not hijacked: gRPC core's own handling, which may send
-          // a call whose deadline passed microseconds ago and, on loopback,
-          // even get its answer before its deadline timer fires.
-          EXPECT_TRUE(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                      s.ok())
-              << s.error_message();
-          EXPECT_LE(server_.Op(req.op_id()).attempts, 1);
-        }
+        // At once: within 100 ms on a quiet machine, or as soon as a plain
+        // channel's call with the same deadline made in the same moment.
+        ExpectWithinControl("time to end", absl::Milliseconds(100), [&] {
+          FaultRequest req;
+          req.set_op_id(Op("expired"));
+          FaultReply reply;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(deadline);
+          ControlCall control(KindOf(api), plain_.get(), FaultRequest(),
+                              absl::FromChrono(deadline));
+          const absl::Time start = absl::Now();
+          grpc::Status s =
+              CallFault(stub_.get(), api, create, &ctx, req, &reply);
+          const absl::Duration took = absl::Now() - start;
+          control.Wait();
+          if (!create) {
+            // rpcguard's own check: nothing is sent.
+            EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+                << s.error_message();
+            EXPECT_EQ(server_.Op(req.op_id()).attempts, 0);
+          } else {
+            // Create is not hijacked: gRPC core's own handling, which may
+            // send a call whose deadline passed microseconds ago and, on
+            // loopback, even get its answer before its deadline timer fires.
+            EXPECT_TRUE(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                        s.ok())
+                << s.error_message();
+            EXPECT_LE(server_.Op(req.op_id()).attempts, 1);
+          }
+          return Timing{took, control.Took()};
+        });
       }
     }
   }
@@ -530,24 +554,36 @@ class OnceLateClock final : public Clock {
 // deadline, whatever the clocks do.
 TEST_F(BadInputTest, AttemptNeverOutlivesTheCallersDeadline) {
   for (Api api : {Api::kSync, Api::kCallback}) {
-    OnceLateClock clock(absl::Milliseconds(60));
-    Options options = MakeOptions();
-    options.clock = &clock;
-    auto channel = CreateChannel(server_.address(),
-                                 grpc::InsecureChannelCredentials(), options);
-    ASSERT_TRUE(channel.ok());
-    auto stub = FaultService::NewStub(*channel);
-    FaultRequest req;
-    req.set_op_id(Op("late-clock"));
-    req.set_delay_ms(1000);
-    FaultReply reply;
-    grpc::ClientContext ctx;
-    const auto deadline =
-        std::chrono::system_clock::now() + std::chrono::milliseconds(150);
-    ctx.set_deadline(deadline);
-    grpc::Status s = CallFault(stub.get(), api, false, &ctx, req, &reply);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-    EXPECT_LE(absl::Now() - absl::FromChrono(deadline), absl::Milliseconds(20));
+    // Late by 20 ms at most on a quiet machine, or as late as a plain
+    // channel's call with the same deadline that the server holds past it.
+    // Each measurement with a clock and a channel of its own: the clock is
+    // late once.
+    ExpectWithinControl(
+        "lateness at the deadline", absl::Milliseconds(20), [&] {
+          OnceLateClock clock(absl::Milliseconds(60));
+          Options options = MakeOptions();
+          options.clock = &clock;
+          auto channel = CreateChannel(
+              server_.address(), grpc::InsecureChannelCredentials(), options);
+          EXPECT_TRUE(channel.ok());
+          if (!channel.ok()) return Timing{};
+          auto stub = FaultService::NewStub(*channel);
+          FaultRequest req;
+          req.set_op_id(Op("late-clock"));
+          req.set_delay_ms(1000);
+          FaultReply reply;
+          grpc::ClientContext ctx;
+          const absl::Time deadline = absl::Now() + absl::Milliseconds(150);
+          ctx.set_deadline(absl::ToChronoTime(deadline));
+          ControlCall control(KindOf(api), plain_.get(),
+                              ControlCall::HeldPast(deadline), deadline);
+          grpc::Status s = CallFault(stub.get(), api, false, &ctx, req, &reply);
+          const absl::Duration late = absl::Now() - deadline;
+          EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+          EXPECT_EQ(control.Wait().error_code(),
+                    grpc::StatusCode::DEADLINE_EXCEEDED);
+          return Timing{late, control.LateBy()};
+        });
   }
 }
 
@@ -958,60 +994,98 @@ TEST_F(BadInputTest, FactoryPerChannelAllDroppedWhileCallsRun) {
 TEST_F(BadInputTest, CancelEveryCallWhileItsChannelIsGone) {
   // Calls in a backoff, their channel references dropped, then cancelled
   // from another thread: each ends CANCELLED at once, nothing more is sent.
+  // At once: all within 500 ms on a quiet machine, or as soon as the
+  // control's: as many plain channel's calls, held by the server, cancelled
+  // from another thread in the same moment.
   Options options = MakeOptions(R"json({"methodConfig": [
     {"name": [{"service": "rpcguard.testing.v1.FaultService"}],
      "retryPolicy": {"maxAttempts": 4, "initialBackoff": "1s",
                      "maxBackoff": "1s", "backoffMultiplier": 2,
                      "retryableStatusCodes": ["UNAVAILABLE"]},
      "rpcguard": {"idempotency": "IDEMPOTENT", "jitter": "A6"}}]})json");
-  auto channel = CreateChannel(server_.address(),
-                               grpc::InsecureChannelCredentials(), options);
-  ASSERT_TRUE(channel.ok());
-  auto stub = FaultService::NewStub(*channel);
   constexpr int kCalls = 50;
   struct One {
     grpc::ClientContext ctx;
     FaultRequest req;
     FaultReply reply;
     grpc::Status status;
+    absl::Time end;
     absl::Notification done;
   };
-  std::vector<std::unique_ptr<One>> calls;
-  for (int i = 0; i < kCalls; ++i) {
-    auto one = std::make_unique<One>();
-    one->req.set_op_id(absl::StrCat("cancel-orphan-", i));
-    one->req.set_fail_first(1);
-    One* p = one.get();
-    stub->async()->Get(&p->ctx, &p->req, &p->reply, [p](grpc::Status s) {
-      p->status = std::move(s);
-      p->done.Notify();
-    });
-    calls.push_back(std::move(one));
-  }
-  stub.reset();
-  channel->reset();
-  // Every call's first attempt failed: all are in their 0.8-1.2 s backoff.
-  const absl::Time limit = absl::Now() + absl::Seconds(5);
-  for (int i = 0; i < kCalls && absl::Now() < limit; ++i) {
-    while (server_.Op(absl::StrCat("cancel-orphan-", i)).attempts < 1 &&
-           absl::Now() < limit) {
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-  }
-  std::thread canceller([&] {
-    for (auto& one : calls) one->ctx.TryCancel();
-  });
-  const absl::Time cancelled_at = absl::Now();
-  canceller.join();
-  for (auto& one : calls) {
-    ASSERT_TRUE(one->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-    EXPECT_EQ(one->status.error_code(), grpc::StatusCode::CANCELLED);
-  }
-  EXPECT_LT(absl::Now() - cancelled_at, absl::Milliseconds(500));
-  absl::SleepFor(absl::Milliseconds(1300));  // past every backoff
-  for (int i = 0; i < kCalls; ++i) {
-    EXPECT_EQ(server_.Op(absl::StrCat("cancel-orphan-", i)).attempts, 1);
-  }
+  int measurement = 0;
+  ExpectWithinControl(
+      "time for every call to end after the cancel", absl::Milliseconds(500),
+      [&] {
+        const std::string prefix =
+            absl::StrCat("cancel-orphan-", ++measurement, "-");
+        auto channel = CreateChannel(
+            server_.address(), grpc::InsecureChannelCredentials(), options);
+        EXPECT_TRUE(channel.ok());
+        if (!channel.ok()) return Timing{};
+        auto stub = FaultService::NewStub(*channel);
+        std::vector<std::unique_ptr<One>> calls;
+        for (int i = 0; i < kCalls; ++i) {
+          auto one = std::make_unique<One>();
+          one->req.set_op_id(absl::StrCat(prefix, i));
+          one->req.set_fail_first(1);
+          One* p = one.get();
+          stub->async()->Get(&p->ctx, &p->req, &p->reply, [p](grpc::Status s) {
+            p->status = std::move(s);
+            p->end = absl::Now();
+            p->done.Notify();
+          });
+          calls.push_back(std::move(one));
+        }
+        std::vector<std::unique_ptr<ControlCall>> controls;
+        for (int i = 0; i < kCalls; ++i) {
+          controls.push_back(std::make_unique<ControlCall>(
+              StubKind::kCallback, plain_.get(),
+              ControlCall::Held(absl::Seconds(3))));
+        }
+        stub.reset();
+        channel->reset();
+        // Every call's first attempt failed: all are in their 0.8-1.2 s
+        // backoff; every control's call is at the server.
+        const absl::Time limit = absl::Now() + absl::Seconds(5);
+        for (int i = 0; i < kCalls && absl::Now() < limit; ++i) {
+          while ((server_.Op(absl::StrCat(prefix, i)).attempts < 1 ||
+                  server_.Op(controls[i]->op_id()).attempts < 1) &&
+                 absl::Now() < limit) {
+            absl::SleepFor(absl::Milliseconds(1));
+          }
+        }
+        const absl::Time control_cancelled_at = absl::Now();
+        std::thread control_canceller([&] {
+          for (auto& control : controls) control->Cancel();
+        });
+        const absl::Time cancelled_at = absl::Now();
+        std::thread canceller([&] {
+          for (auto& one : calls) one->ctx.TryCancel();
+        });
+        control_canceller.join();
+        canceller.join();
+        absl::Time last_end = cancelled_at;
+        for (auto& one : calls) {
+          if (!one->done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+            ADD_FAILURE() << one->req.op_id() << " still running 5 s after the "
+                          << "cancel";
+            one->done.WaitForNotification();
+          }
+          EXPECT_EQ(one->status.error_code(), grpc::StatusCode::CANCELLED);
+          last_end = std::max(last_end, one->end);
+        }
+        absl::Time control_last_end = control_cancelled_at;
+        for (auto& control : controls) {
+          EXPECT_EQ(control->Wait().error_code(), grpc::StatusCode::CANCELLED);
+          control_last_end = std::max(control_last_end, control->end());
+        }
+        absl::SleepFor(absl::Milliseconds(1300));  // past every backoff
+        for (int i = 0; i < kCalls; ++i) {
+          EXPECT_EQ(server_.Op(absl::StrCat(prefix, i)).attempts, 1);
+        }
+        return Timing{last_end - cancelled_at,
+                      control_last_end - control_cancelled_at};
+      });
 }
 
 }  // namespace

@@ -38,11 +38,18 @@
 #include "rpcguard/internal/grpc/parent_watch.h"
 #include "rpcguard/internal/grpc_1_51/context.h"
 #include "rpcguard/rpcguard.h"
+#include "tests/testing/deadline_control.h"
+#include "tests/testing/fault_server.h"
 
 namespace rpcguard {
 namespace internal {
 namespace {
 
+using ::rpcguard::testing::ControlCall;
+using ::rpcguard::testing::ExpectWithinControl;
+using ::rpcguard::testing::FaultServer;
+using ::rpcguard::testing::StubKind;
+using ::rpcguard::testing::Timing;
 using ::rpcguard::testing::v1::FaultReply;
 using ::rpcguard::testing::v1::FaultRequest;
 using ::rpcguard::testing::v1::FaultService;
@@ -393,121 +400,182 @@ struct Ended {
   absl::Time at;
 };
 
-// Watches the parent, a call to the fixture's server made with `upstream_`,
-// on `channel`; the parent call finishes once the watch has ended.
-class WatchTest : public ::testing::Test {
- protected:
-  void Watch(grpc::Channel* channel, grpc::PropagationOptions options,
-             std::shared_ptr<ParentWatch>* watch, Ended* ended) {
+// A parent call and the watch on it: a call made with `deadline`
+// (absl::InfiniteFuture(): none) to a server of its own, whose handler
+// starts a ParentWatch on `channel` and finishes the parent once the watch
+// has ended. With `control`, the handler also makes the parent's child that
+// gRPC itself ends: a plain call of `control_request`
+// (FromCallbackServerContext, the same options) that `control`'s server
+// holds, the control of the watch's timing
+// (tests/testing/deadline_control.h).
+class WatchedParent {
+ public:
+  WatchedParent(grpc::Channel* channel, grpc::PropagationOptions options,
+                absl::Time deadline, FaultService::Stub* control = nullptr,
+                FaultRequest control_request = FaultRequest()) {
     server_ =
         std::make_unique<ParentServer>([=](grpc::CallbackServerContext* ctx,
                                            grpc::ServerUnaryReactor* reactor) {
           auto child =
               grpc::ClientContext::FromCallbackServerContext(*ctx, options);
           const CallerSettings s = ReadCallerSettings(*child);
-          *watch = ParentWatch::Start(CoreChannel(channel), s.parent,
+          watch_ = ParentWatch::Start(CoreChannel(channel), s.parent,
                                       s.propagation.c_bitmask(),
-                                      [=](grpc::StatusCode code) {
-                                        ended->code = code;
-                                        ended->at = absl::Now();
-                                        ended->done.Notify();
+                                      [this, reactor](grpc::StatusCode code) {
+                                        ended_.code = code;
+                                        ended_.at = absl::Now();
+                                        ended_.done.Notify();
                                         reactor->Finish(grpc::Status::OK);
                                       });
-          // No watch (the fallback: the parent is not known): nothing to
-          // wait for.
-          if (*watch == nullptr) reactor->Finish(grpc::Status::OK);
+          if (watch_ == nullptr) {
+            // No watch (the fallback: the parent is not known): nothing to
+            // wait for.
+            reactor->Finish(grpc::Status::OK);
+          } else if (control != nullptr) {
+            control_ = std::make_unique<ControlCall>(
+                StubKind::kCallback, control, control_request,
+                grpc::ClientContext::FromCallbackServerContext(*ctx, options),
+                deadline);
+          }
           started_.Notify();
         });
-    upstream_done_ = std::make_unique<absl::Notification>();
+    if (deadline != absl::InfiniteFuture()) {
+      upstream_.set_deadline(absl::ToChronoTime(deadline));
+    }
     server_->stub()->async()->Get(
         &upstream_, &request_, &reply_,
-        [this](grpc::Status) { upstream_done_->Notify(); });
+        [this](grpc::Status) { upstream_done_.Notify(); });
     started_.WaitForNotification();
   }
-
-  void TearDown() override {
-    if (upstream_done_) upstream_done_->WaitForNotification();
+  ~WatchedParent() {
+    upstream_done_.WaitForNotification();
+    control_.reset();
   }
 
+  std::shared_ptr<ParentWatch>& watch() { return watch_; }
+  Ended& ended() { return ended_; }
+  // Null without a watch or a control server.
+  ControlCall* control() { return control_.get(); }
+  void CancelParent() { upstream_.TryCancel(); }
+
+ private:
   std::unique_ptr<ParentServer> server_;
-  grpc::ClientContext upstream_;  // outlives the call: TearDown waits for it
-  absl::Notification started_;
-  std::unique_ptr<absl::Notification> upstream_done_;
+  grpc::ClientContext upstream_;  // outlives the call: the destructor waits
   FaultRequest request_;
   FaultReply reply_;
+  absl::Notification started_;
+  absl::Notification upstream_done_;
+  // Written by the handler before started_ is notified.
+  std::shared_ptr<ParentWatch> watch_;
+  std::unique_ptr<ControlCall> control_;
+  Ended ended_;
+};
+
+class WatchTest : public ::testing::Test {
+ protected:
+  // Holds the control's calls (a child of the parent, a plain channel).
+  FaultServer control_server_;
+  std::unique_ptr<FaultService::Stub> control_ =
+      testing::PlainStub(control_server_.address());
 };
 
 TEST_F(WatchTest, EndsWhenTheParentIsCancelledAndSendsNothing) {
-  Listener listener;
-  auto channel = grpc::CreateChannel(listener.address(),
-                                     grpc::InsecureChannelCredentials());
-  std::shared_ptr<ParentWatch> watch;
-  Ended ended;
-  upstream_.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
-  if (!kFastPaths) {
-    // The fallback watches nothing: the parent call is not known.
-    EXPECT_EQ(watch, nullptr);
-    return;
-  }
-  ASSERT_NE(watch, nullptr);
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_FALSE(ended.done.HasBeenNotified());
-  const absl::Time cancelled = absl::Now();
-  upstream_.TryCancel();
-  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  EXPECT_EQ(ended.code, grpc::StatusCode::CANCELLED);
-  EXPECT_LT(ended.at - cancelled, absl::Milliseconds(200));
-  // Not a byte, not even a connection: the channel never left IDLE.
-  EXPECT_FALSE(listener.Connected());
-  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_IDLE);
+  // The watch ends within 200 ms of the parent's cancel on a quiet machine,
+  // or as soon as the parent's plain child call that gRPC cancels.
+  ExpectWithinControl(
+      "time to end after the cancel", absl::Milliseconds(200), [&] {
+        Listener listener;
+        auto channel = grpc::CreateChannel(listener.address(),
+                                           grpc::InsecureChannelCredentials());
+        WatchedParent parent(channel.get(), grpc::PropagationOptions(),
+                             absl::Now() + absl::Seconds(10), control_.get(),
+                             ControlCall::Held(absl::Seconds(2)));
+        if (!kFastPaths) {
+          // The fallback watches nothing: the parent call is not known.
+          EXPECT_EQ(parent.watch(), nullptr);
+          return Timing{};
+        }
+        EXPECT_NE(parent.watch(), nullptr);
+        if (parent.watch() == nullptr) return Timing{};
+        const std::string control_op = parent.control()->op_id();
+        const absl::Time limit = absl::Now() + absl::Seconds(5);
+        while (control_server_.Op(control_op).attempts < 1 &&
+               absl::Now() < limit) {
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        absl::SleepFor(absl::Milliseconds(100));
+        Ended& ended = parent.ended();
+        EXPECT_FALSE(ended.done.HasBeenNotified());
+        const absl::Time cancelled = absl::Now();
+        parent.CancelParent();
+        if (!ended.done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+          ADD_FAILURE() << "the watch did not end 5 s after the cancel";
+          ended.done.WaitForNotification();
+        }
+        EXPECT_EQ(ended.code, grpc::StatusCode::CANCELLED);
+        EXPECT_EQ(parent.control()->Wait().error_code(),
+                  grpc::StatusCode::CANCELLED);
+        // Not a byte, not even a connection: the channel never left IDLE.
+        EXPECT_FALSE(listener.Connected());
+        EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_IDLE);
+        return Timing{ended.at - cancelled,
+                      parent.control()->end() - cancelled};
+      });
 }
 
 TEST_F(WatchTest, EndsAtTheParentsDeadline) {
-  Listener listener;
-  auto channel = grpc::CreateChannel(listener.address(),
-                                     grpc::InsecureChannelCredentials());
-  std::shared_ptr<ParentWatch> watch;
-  Ended ended;
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
-  upstream_.set_deadline(absl::ToChronoTime(deadline));
-  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
-  if (!kFastPaths) {
-    // The fallback watches nothing: the parent call is not known.
-    EXPECT_EQ(watch, nullptr);
-    return;
-  }
-  ASSERT_NE(watch, nullptr);
-  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  // Its own deadline timer, or the parent's cancel at the same deadline.
-  EXPECT_TRUE(ended.code == grpc::StatusCode::DEADLINE_EXCEEDED ||
-              ended.code == grpc::StatusCode::CANCELLED)
-      << ended.code;
-  EXPECT_GE(ended.at, deadline - absl::Milliseconds(5));
-  EXPECT_LT(ended.at, deadline + absl::Milliseconds(200));
-  EXPECT_FALSE(listener.Connected());
+  // Within 200 ms after the deadline on a quiet machine, or as late as the
+  // parent's plain child call that gRPC ends at the same deadline.
+  ExpectWithinControl("lateness at the deadline", absl::Milliseconds(200), [&] {
+    Listener listener;
+    auto channel = grpc::CreateChannel(listener.address(),
+                                       grpc::InsecureChannelCredentials());
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(300);
+    WatchedParent parent(channel.get(), grpc::PropagationOptions(), deadline,
+                         control_.get(), ControlCall::HeldPast(deadline));
+    if (!kFastPaths) {
+      // The fallback watches nothing: the parent call is not known.
+      EXPECT_EQ(parent.watch(), nullptr);
+      return Timing{};
+    }
+    EXPECT_NE(parent.watch(), nullptr);
+    if (parent.watch() == nullptr) return Timing{};
+    Ended& ended = parent.ended();
+    if (!ended.done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+      ADD_FAILURE() << "the watch did not end 5 s after the deadline";
+      ended.done.WaitForNotification();
+    }
+    // Its own deadline timer, or the parent's cancel at the same deadline.
+    EXPECT_TRUE(ended.code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                ended.code == grpc::StatusCode::CANCELLED)
+        << ended.code;
+    EXPECT_GE(ended.at, deadline - absl::Milliseconds(5));
+    const grpc::StatusCode control_code = parent.control()->Wait().error_code();
+    EXPECT_TRUE(control_code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                control_code == grpc::StatusCode::CANCELLED)
+        << control_code;
+    EXPECT_FALSE(listener.Connected());
+    return Timing{ended.at - deadline, parent.control()->LateBy()};
+  });
 }
 
 TEST_F(WatchTest, StopEndsIt) {
   Listener listener;
   auto channel = grpc::CreateChannel(listener.address(),
                                      grpc::InsecureChannelCredentials());
-  std::shared_ptr<ParentWatch> watch;
-  Ended ended;
-  upstream_.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-  Watch(channel.get(), grpc::PropagationOptions(), &watch, &ended);
+  WatchedParent parent(channel.get(), grpc::PropagationOptions(),
+                       absl::Now() + absl::Seconds(10));
   if (!kFastPaths) {
     // The fallback watches nothing: the parent call is not known.
-    EXPECT_EQ(watch, nullptr);
+    EXPECT_EQ(parent.watch(), nullptr);
     return;
   }
-  ASSERT_NE(watch, nullptr);
-  watch->Stop();
-  ASSERT_TRUE(ended.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
-  EXPECT_EQ(ended.code, grpc::StatusCode::CANCELLED);
-  watch.reset();
+  ASSERT_NE(parent.watch(), nullptr);
+  parent.watch()->Stop();
+  ASSERT_TRUE(
+      parent.ended().done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(parent.ended().code, grpc::StatusCode::CANCELLED);
+  parent.watch().reset();
   EXPECT_FALSE(listener.Connected());
 }
 
