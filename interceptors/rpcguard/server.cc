@@ -158,14 +158,8 @@ ServerSignals ServerSignalsSnapshot() {
 
 std::vector<MetricFamilyData> ToMetricFamilies(const ServerSignals& signals) {
   std::vector<MetricFamilyData> out;
-  // Named, typed and explained by the instrument list, as a Stats' are.
-  const auto family = [&](Instrument id) -> MetricFamilyData& {
-    const InstrumentInfo& info = InstrumentInfoOf(id);
-    MetricFamilyData& f = out.emplace_back();
-    f.name = std::string(info.name);
-    f.type = info.type;
-    f.help = std::string(info.help);
-    return f;
+  const auto family = [&out](Instrument id) -> MetricFamilyData& {
+    return AppendFamily(id, &out);
   };
   MetricFamilyData& stops = family(Instrument::kServerStopsSent);
   for (int i = 1; i < kNumGiveUpReasons; ++i) {

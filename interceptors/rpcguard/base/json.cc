@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rpcguard/base/utf8.h"
 
 namespace rpcguard {
@@ -339,4 +340,53 @@ bool ReadJsonEscape(absl::string_view text, size_t* pos, std::string* out,
 }
 
 }  // namespace internal
+void AppendQuotedString(std::string* out, absl::string_view v, bool json) {
+  out->push_back('"');
+  while (!v.empty()) {
+    const unsigned char c = v[0];
+    if (c >= 0x80) {
+      const size_t n = internal::Utf8SequenceLength(v);
+      if (n == 0) {
+        out->append("\\ufffd");
+        v.remove_prefix(1);
+      } else {
+        out->append(v.data(), n);
+        v.remove_prefix(n);
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\b':
+        out->append(json ? "\\b" : "\\u0008");
+        break;
+      case '\f':
+        out->append(json ? "\\f" : "\\u000c");
+        break;
+      default:
+        if (c < 0x20 || (!json && c == 0x7f)) {
+          absl::StrAppendFormat(out, "\\u%04x", c);
+        } else {
+          out->push_back(static_cast<char>(c));
+        }
+    }
+    v.remove_prefix(1);
+  }
+  out->push_back('"');
+}
+
 }  // namespace rpcguard

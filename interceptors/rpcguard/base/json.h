@@ -86,6 +86,12 @@ bool ReadJsonEscape(absl::string_view text, size_t* pos, std::string* out,
                     std::string* reason);
 
 }  // namespace internal
+// Appends `v` between double quotes, escaped the same way in JSON (`json`)
+// and in logfmt: \" \\ \n \r \t, \b and \f in JSON, \u00XX for other
+// control characters (and DEL in logfmt), and \ufffd for each byte that is
+// not part of valid UTF-8, so the result is valid text whatever `v` holds.
+void AppendQuotedString(std::string* out, absl::string_view v, bool json);
+
 }  // namespace rpcguard
 
 #endif  // RPCGUARD_BASE_JSON_H_

@@ -499,16 +499,20 @@ const BreakerStatsSnapshot* StatsSnapshot::FindBreaker(
   return nullptr;
 }
 
+MetricFamilyData& AppendFamily(Instrument id,
+                               std::vector<MetricFamilyData>* out) {
+  const InstrumentInfo& info = InstrumentInfoOf(id);
+  MetricFamilyData& f = out->emplace_back();
+  f.name = std::string(info.name);
+  f.type = info.type;
+  f.help = std::string(info.help);
+  return f;
+}
+
 std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot) {
   std::vector<MetricFamilyData> out;
-  // Every family as its instrument declares it (instruments.h).
-  const auto family = [&](Instrument id) -> MetricFamilyData& {
-    const InstrumentInfo& info = InstrumentInfoOf(id);
-    MetricFamilyData& f = out.emplace_back();
-    f.name = std::string(info.name);
-    f.type = info.type;
-    f.help = std::string(info.help);
-    return f;
+  const auto family = [&out](Instrument id) -> MetricFamilyData& {
+    return AppendFamily(id, &out);
   };
   const auto series = [](const MethodStatsSnapshot& m) {
     return MetricLabels{{"method", m.method}, {"target", m.target}};

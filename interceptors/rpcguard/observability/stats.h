@@ -454,6 +454,11 @@ struct MetricFamilyData {
 };
 std::vector<MetricFamilyData> ToMetricFamilies(const StatsSnapshot& snapshot);
 
+// Appends to `out` the family of instrument `id`, named, typed and
+// explained as instruments.h declares it, with no samples yet; returns it.
+MetricFamilyData& AppendFamily(Instrument id,
+                               std::vector<MetricFamilyData>* out);
+
 // Writes `families` in the text exposition format (what
 // ToPrometheusText(snapshot) writes for ToMetricFamilies(snapshot)).
 std::string ToPrometheusText(const std::vector<MetricFamilyData>& families);

@@ -7,39 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpcguard/base/json.h"
+#include "rpcguard/base/utf8.h"
 #include "rpcguard/decision/call_policy.h"
 #include "rpcguard/observability/trace_fields.h"
 
 namespace rpcguard {
 namespace {
-
-// Length of the valid UTF-8 sequence at the start of `s`, or 0 if it is not
-// one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF,
-// truncated).
-size_t Utf8SequenceLength(absl::string_view s) {
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char c = b(0);
-  size_t n;
-  uint32_t min;
-  uint32_t cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0) {
-    n = 2, min = 0x80, cp = c & 0x1f;
-  } else if ((c & 0xf0) == 0xe0) {
-    n = 3, min = 0x800, cp = c & 0x0f;
-  } else if ((c & 0xf8) == 0xf0) {
-    n = 4, min = 0x10000, cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (s.size() < n) return 0;
-  for (size_t i = 1; i < n; ++i) {
-    if ((b(i) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i) & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return n;
-}
 
 bool NeedsQuotes(absl::string_view v) {
   if (v.empty() || v == "-") return true;
@@ -48,64 +22,11 @@ bool NeedsQuotes(absl::string_view v) {
     if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) {
       return true;
     }
-    const size_t n = Utf8SequenceLength(v);
+    const size_t n = internal::Utf8SequenceLength(v);
     if (n == 0) return true;  // written as \ufffd
     v.remove_prefix(n);
   }
   return false;
-}
-
-// Appends `v` between double quotes, escaped the same way in both formats:
-// \" \\ \n \r \t, \b and \f in JSON, \u00XX for other control characters
-// (and DEL in logfmt), and \ufffd for each byte that is not part of valid
-// UTF-8, so every line is valid text whatever a status message holds.
-void AppendQuoted(std::string* out, absl::string_view v, bool json) {
-  out->push_back('"');
-  while (!v.empty()) {
-    const unsigned char c = v[0];
-    if (c >= 0x80) {
-      const size_t n = Utf8SequenceLength(v);
-      if (n == 0) {
-        out->append("\\ufffd");
-        v.remove_prefix(1);
-      } else {
-        out->append(v.data(), n);
-        v.remove_prefix(n);
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      case '\b':
-        out->append(json ? "\\b" : "\\u0008");
-        break;
-      case '\f':
-        out->append(json ? "\\f" : "\\u000c");
-        break;
-      default:
-        if (c < 0x20 || (!json && c == 0x7f)) {
-          absl::StrAppendFormat(out, "\\u%04x", c);
-        } else {
-          out->push_back(static_cast<char>(c));
-        }
-    }
-    v.remove_prefix(1);
-  }
-  out->push_back('"');
 }
 
 // Writes the fields of an event in order, in one of the two syntaxes, so
@@ -123,12 +44,12 @@ class LineWriter {
       if (value.empty()) {
         out_.append("null");
       } else {
-        AppendQuoted(&out_, value, /*json=*/true);
+        AppendQuotedString(&out_, value, /*json=*/true);
       }
     } else if (value.empty()) {
       out_.push_back('-');
     } else if (NeedsQuotes(value)) {
-      AppendQuoted(&out_, value, /*json=*/false);
+      AppendQuotedString(&out_, value, /*json=*/false);
     } else {
       out_.append(value.data(), value.size());
     }

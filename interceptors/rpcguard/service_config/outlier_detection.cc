@@ -54,34 +54,7 @@ std::string DurationJson(absl::Duration d) {
 }
 
 void AppendString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          // Other bytes as the caller wrote them (UTF-8 passes through).
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
+  AppendQuotedString(out, s, /*json=*/true);
 }
 
 // Writes a value back as compact JSON: numbers as the caller wrote them,
