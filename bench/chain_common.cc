@@ -90,8 +90,8 @@ bool IsCold(Scenario scenario) {
          scenario == Scenario::kSustained2x;
 }
 
-bool HasIndependentMethod(Scenario scenario) {
-  return scenario == Scenario::kSplit;
+bool HasIndependentMethod(Scenario scenario, Client client) {
+  return scenario == Scenario::kSplit && client != Client::kSingleTier;
 }
 
 namespace {

@@ -145,7 +145,8 @@ bool IsCold(Scenario scenario);
 
 // Whether the generator also calls Put, the method the store has no part in
 // (kSplit): every other request (even indices) sends a Put beside its Get.
-bool HasIndependentMethod(Scenario scenario);
+// Not for kSingleTier: it has no middle to answer Put.
+bool HasIndependentMethod(Scenario scenario, Client client);
 
 // The store's concurrency limit while overloaded: it serves this many calls
 // at once (each for max_concurrent / capacity) and rejects the rest at once.

@@ -479,7 +479,7 @@ absl::StatusOr<Run> RunOnce(const DriverOptions& options, Scenario scenario,
     run.figures.breakers_b = tier_openings[0];
     run.figures.breakers_a = tier_openings[1];
   }
-  if (HasIndependentMethod(scenario)) {
+  if (HasIndependentMethod(scenario, client)) {
     const double requests = Number(json, "independent_requests").value_or(0);
     run.figures.independent_success =
         requests > 0 ? Number(json, "independent_ok").value_or(0) / requests
@@ -680,7 +680,7 @@ void PrintTable(const DriverOptions& options, const std::vector<Cell>& cells) {
   // The independent method's own table.
   bool any = false;
   for (const Cell& cell : cells) {
-    if (!HasIndependentMethod(cell.scenario)) continue;
+    if (cell.scenario != Scenario::kSplit) continue;
     if (!any) {
       std::printf(
           "\nThe independent method (Put, answered by B; the store down then "
@@ -690,14 +690,19 @@ void PrintTable(const DriverOptions& options, const std::vector<Cell>& cells) {
       any = true;
     }
     const Figures& f = cell.median;
+    // The single tier has no middle, and sends no Put.
+    const std::string put =
+        std::isnan(f.independent_success)
+            ? "-"
+            : absl::StrFormat(
+                  "%.1f%% (%.1f%%)", 100 * f.independent_success,
+                  100 * LowestRun(cell, &Figures::independent_success));
     std::printf(
-        "| %s | %s | %.1f%% (%.1f%%) | %.1f%% (%.1f%%) | %.0f/%.0f/%.0f "
+        "| %s | %s | %s | %.1f%% (%.1f%%) | %.0f/%.0f/%.0f "
         "(%.0f/%.0f/%.0f) |\n",
         CellName(cell).c_str(), std::string(ClientName(cell.client)).c_str(),
-        100 * f.independent_success,
-        100 * LowestRun(cell, &Figures::independent_success), 100 * f.success,
-        100 * LowestRun(cell, &Figures::success), f.breakers_generator,
-        f.breakers_a, f.breakers_b,
+        put.c_str(), 100 * f.success, 100 * LowestRun(cell, &Figures::success),
+        f.breakers_generator, f.breakers_a, f.breakers_b,
         WorstRun(cell, &Figures::breakers_generator),
         WorstRun(cell, &Figures::breakers_a),
         WorstRun(cell, &Figures::breakers_b));

@@ -101,7 +101,8 @@ int RunGenerator(const GeneratorOptions& options) {
   const int n =
       static_cast<int>(options.rate * absl::ToDoubleSeconds(options.duration));
   // Put rides beside every other Get (kSplit): index i / 2 is request 2i's.
-  const bool independent = HasIndependentMethod(options.scenario);
+  const bool independent =
+      HasIndependentMethod(options.scenario, options.client);
   const int puts = independent ? (n + 1) / 2 : 0;
   std::vector<Outcome> outcomes(n), put_outcomes(puts);
   std::vector<FaultReply> replies(n), put_replies(puts);
